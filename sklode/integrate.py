@@ -1,0 +1,191 @@
+"""Forward simulation of an :class:`~sklode.ODEModel`, used by every ``predict``.
+
+A thin, careful layer over :func:`scipy.integrate.solve_ivp`: output times may be unsorted,
+repeated, or lie before the initial time (integrated backwards); stiff integrators get the
+model's exact Jacobian; failures and blow-ups raise :class:`~sklode.IntegrationError` with the
+time reached and what to try.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from .exceptions import IntegrationError
+from .models import check_model
+
+__all__ = ["simulate", "solve", "INTEGRATORS"]
+
+#: Integrators accepted by name (case-insensitive), and whether they use the Jacobian.
+INTEGRATORS = {
+    "RK45": False,
+    "RK23": False,
+    "DOP853": False,
+    "Radau": True,
+    "BDF": True,
+    "LSODA": True,
+}
+
+# A state this many times larger than the initial state (or than 1) counts as a blow-up:
+# no physical trajectory in the zoo grows by 1e8, and stopping early keeps the error message
+# about the model rather than about an overflow deep inside the integrator.
+_BLOWUP_FACTOR = 1e8
+
+
+def _resolve_integrator(name):
+    for key in INTEGRATORS:
+        if isinstance(name, str) and name.lower() == key.lower():
+            return key
+    raise ValueError(
+        f"integrator must be one of {sorted(INTEGRATORS)} (case-insensitive), got {name!r}."
+    )
+
+
+def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-8,
+          atol=1e-10, dense_output=False, max_step=np.inf):
+    """Integrate ``model`` over ``t_span`` (either direction) and check the result.
+
+    Parameters
+    ----------
+    model : ODEModel
+    theta : array-like of shape (n_params,)
+    x0 : array-like of shape (n_states,)
+        State at ``t_span[0]``.
+    t_span : (float, float)
+        Start and end; the end may be before the start.
+    t_eval : array-like, optional
+        Output times, monotone in the direction of integration, without repeats.
+    integrator : str, default="LSODA"
+        One of :data:`INTEGRATORS`. ``"Radau"``, ``"BDF"`` and ``"LSODA"`` are stiff-capable
+        and receive the model's Jacobian.
+    rtol, atol : float
+        Tolerances passed to :func:`scipy.integrate.solve_ivp`.
+    dense_output : bool, default=False
+        Keep the continuous solution (``sol.sol``), e.g. for an adjoint backward pass.
+    max_step : float, default=inf
+
+    Returns
+    -------
+    scipy.integrate OdeResult
+        With ``y`` of shape ``(n_states, len(t_eval))``.
+
+    Raises
+    ------
+    IntegrationError
+        The integrator failed, ``rhs`` produced non-finite values, or the state blew up.
+    """
+    method = _resolve_integrator(integrator)
+    theta = np.asarray(theta, dtype=np.float64)
+    x0 = np.asarray(x0, dtype=np.float64)
+    limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
+
+    def fun(t, x):
+        dx = model.f(t, x, theta)
+        if not np.all(np.isfinite(dx)):
+            raise IntegrationError(
+                f"{model!r}.rhs returned non-finite values at t={t:.6g} for x={x} with "
+                f"theta={theta}. The parameters may be outside the model's domain.",
+                t_reached=t,
+            )
+        return dx
+
+    def blowup(t, x):
+        return limit - np.max(np.abs(x))
+
+    blowup.terminal = True
+    options = {}
+    if INTEGRATORS[method]:
+        options["jac"] = lambda t, x: model.jac_x(t, x, theta)
+    sol = solve_ivp(fun, t_span, x0, method=method, t_eval=t_eval, rtol=rtol, atol=atol,
+                    dense_output=dense_output, events=blowup, max_step=max_step, **options)
+    t_reached = float(sol.t[-1]) if sol.t.size else float(t_span[0])
+    if sol.status == -1:
+        stiff_hint = (
+            " If the model is stiff, try integrator='BDF' or 'Radau'."
+            if not INTEGRATORS[method] else " Loosening rtol/atol may also help."
+        )
+        raise IntegrationError(
+            f"Integration of {model!r} with theta={theta} failed at t={t_reached:.6g} "
+            f"(started at t={t_span[0]:.6g}, target t={t_span[1]:.6g}): {sol.message}."
+            f"{stiff_hint} Unrealistic parameters often cause this.",
+            t_reached=t_reached,
+        )
+    if sol.status == 1:
+        raise IntegrationError(
+            f"The solution of {model!r} with theta={theta} blew up: |x| exceeded {limit:.3g} "
+            f"at t={t_reached:.6g} (started at t={t_span[0]:.6g}). The parameters are "
+            "probably far from realistic values, or the model is unstable in this direction "
+            "of time (backward integration of dissipative systems diverges).",
+            t_reached=t_reached,
+        )
+    return sol
+
+
+def simulate(model, theta, x0, t, *, t0=None, integrator="LSODA", rtol=1e-8, atol=1e-10):
+    """States of ``model`` at times ``t``, starting from ``x0`` at ``t0``.
+
+    Parameters
+    ----------
+    model : ODEModel
+    theta : array-like of shape (n_params,)
+    x0 : array-like of shape (n_states,)
+    t : array-like of shape (n_times,)
+        Output times in any order; repeats allowed; times before ``t0`` are reached by
+        integrating backwards.
+    t0 : float, optional
+        Time of ``x0``. Default: the earliest of ``t``.
+    integrator : str, default="LSODA"
+        A :func:`scipy.integrate.solve_ivp` method; see :func:`solve`.
+    rtol, atol : float, default=1e-8, 1e-10
+
+    Returns
+    -------
+    X : ndarray of shape (n_times, n_states)
+        Row ``k`` is the state at ``t[k]``.
+
+    Raises
+    ------
+    IntegrationError
+        When integration fails or blows up; the message has the time reached.
+
+    Examples
+    --------
+    >>> from sklode import simulate
+    >>> from sklode.models import LotkaVolterra
+    >>> X = simulate(LotkaVolterra(), [2, 1, 4, 1], [5, 3], [0.0, 0.5, 1.0])
+    >>> X.shape
+    (3, 2)
+    """
+    check_model(model)
+    t = np.asarray(t, dtype=np.float64)
+    if t.ndim != 1:
+        raise ValueError(f"t must be one-dimensional, got shape {t.shape}.")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("t contains non-finite values (NaN or inf).")
+    x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
+    if x0.shape != (model.n_states,):
+        raise ValueError(
+            f"x0 has {x0.size} entries but {model!r} has {model.n_states} states "
+            f"{model.state_names}."
+        )
+    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+    if theta.shape != (model.n_params,):
+        raise ValueError(
+            f"theta has {theta.size} entries but {model!r} has {model.n_params} parameters "
+            f"{model.param_names}."
+        )
+    if t.size == 0:
+        return np.empty((0, model.n_states))
+    t0 = float(np.min(t)) if t0 is None else float(t0)
+    unique, inverse = np.unique(t, return_inverse=True)
+    out = np.empty((unique.size, model.n_states))
+    at_t0 = unique == t0
+    out[at_t0] = x0
+    kw = dict(integrator=integrator, rtol=rtol, atol=atol)
+    ahead = unique[unique > t0]
+    if ahead.size:
+        out[unique > t0] = solve(model, theta, x0, (t0, ahead[-1]), t_eval=ahead, **kw).y.T
+    behind = unique[unique < t0][::-1]  # descending: backward integration
+    if behind.size:
+        out[unique < t0] = solve(model, theta, x0, (t0, behind[-1]), t_eval=behind, **kw).y.T[::-1]
+    return out[inverse.reshape(-1)]

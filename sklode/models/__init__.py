@@ -1,0 +1,29 @@
+"""ODE models: the :class:`ODEModel` base class and the zoo of the three papers' systems."""
+
+from ._base import FunctionModel, ODEModel, check_model
+from ._zoo import (
+    SEIRD,
+    FitzHughNagumo,
+    FitzHughNagumoLinear,
+    HindmarshRose,
+    LogisticGrowth,
+    Lorenz96,
+    LotkaVolterra,
+    ProteinTransduction,
+    Rossler,
+)
+
+__all__ = [
+    "ODEModel",
+    "FunctionModel",
+    "check_model",
+    "LotkaVolterra",
+    "FitzHughNagumo",
+    "Rossler",
+    "Lorenz96",
+    "SEIRD",
+    "LogisticGrowth",
+    "FitzHughNagumoLinear",
+    "HindmarshRose",
+    "ProteinTransduction",
+]

@@ -1,0 +1,407 @@
+"""The one model definition every sklode estimator takes.
+
+A model is written once, as a torch vector field ``rhs(t, x, theta)`` that is batched over
+leading axes. Everything the three methods need is derived from it here, vectorised over all
+time points in one call with :mod:`torch.func`:
+
+* :meth:`ODEModel.f` -- the vector field on numpy input (for scipy integrators);
+* :meth:`ODEModel.jac_x` and :meth:`ODEModel.jac_theta` -- Jacobians per time point;
+* :meth:`ODEModel.vjp` -- vector-Jacobian products (reverse mode, one pass);
+* :meth:`ODEModel.affine_split` -- ``f = f0(x) + F1(x) @ theta`` when ``f`` is linear in
+  ``theta`` (checked numerically; :class:`NotLinearInThetaError` otherwise).
+
+The numpy <-> torch boundary lives in this module only: all public methods take and return
+float64 ndarrays.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import torch
+
+from ..exceptions import ModelError, NotLinearInThetaError
+
+__all__ = ["ODEModel", "FunctionModel", "check_model"]
+
+_DTYPE = torch.float64
+
+
+def _as_tensor(a):
+    """float64 torch view of an array-like (no copy when already float64, contiguous, writable).
+
+    Read-only inputs (memmaps, cached data) are copied: torch cannot wrap them safely, and
+    inputs are never written to.
+    """
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    if not a.flags.writeable:
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+def _time_tensor(t, batch_shape):
+    """Time as a tensor broadcastable against ``x[..., 0]``."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.ndim == 0:
+        return torch.tensor(float(t), dtype=_DTYPE)
+    return _as_tensor(np.broadcast_to(t, batch_shape))
+
+
+class ODEModel:
+    """Parametric ordinary differential equation ``x'(t) = rhs(t, x, theta)``.
+
+    Subclass it and define three names and one method; everything else (Jacobians,
+    vector-Jacobian products, the affine split used by WENDy and BCD-prox) is derived.
+
+    Class attributes
+    ----------------
+    state_names : tuple of str
+        Names of the state components, in the order of the last axis of ``x``.
+    param_names : tuple of str
+        Names of the entries of ``theta``, in order.
+    default_theta : tuple of float, optional
+        The initial guess estimators use when ``theta0=None``. Missing means all ones.
+
+    Methods to define
+    -----------------
+    rhs(t, x, theta)
+        Torch operations only. ``x`` has shape ``(..., n_states)``, ``theta`` shape
+        ``(n_params,)``, ``t`` is a tensor broadcastable against ``x[..., 0]``; return a
+        tensor of the same shape as ``x``. Each time point must depend only on its own row
+        (the library evaluates whole grids in one call).
+
+    Model constants (a population size, a dimension) are constructor arguments stored under
+    the same name, as for scikit-learn estimators: they make the ``repr``, equality and
+    pickling work without further code.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sklode import ODEModel
+    >>> class Decay(ODEModel):
+    ...     state_names = ("x",)
+    ...     param_names = ("k",)
+    ...     def rhs(self, t, x, theta):
+    ...         return -theta[0] * x
+    >>> Decay().f(0.0, [[2.0], [4.0]], [0.5])
+    array([[-1.],
+           [-2.]])
+    >>> Decay().is_linear_in_theta()
+    True
+    """
+
+    state_names: tuple = ()
+    param_names: tuple = ()
+    default_theta: tuple | None = None
+
+    def rhs(self, t, x, theta):  # pragma: no cover - abstract
+        raise NotImplementedError(
+            f"{type(self).__name__} must define rhs(self, t, x, theta) with torch operations."
+        )
+
+    # ------------------------------------------------------------------ identity
+    @classmethod
+    def _constant_names(cls):
+        """Names of the constructor arguments (the model constants), sklearn-style."""
+        init = cls.__init__
+        if init is object.__init__:
+            return []
+        sig = inspect.signature(init)
+        return [
+            p.name
+            for p in sig.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+
+    def get_constants(self):
+        """Dict of the model constants (the constructor arguments)."""
+        return {name: getattr(self, name) for name in self._constant_names()}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_constants().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        if type(self) is not type(other):
+            return NotImplemented
+        return self.get_constants() == other.get_constants()
+
+    def __hash__(self):
+        return hash((type(self).__name__, repr(self)))
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_states(self):
+        """Number of state components."""
+        return len(self.state_names)
+
+    @property
+    def n_params(self):
+        """Number of parameters."""
+        return len(self.param_names)
+
+    def theta_guess(self):
+        """The default initial guess as a float64 array (ones when none is declared)."""
+        if self.default_theta is None:
+            return np.ones(self.n_params)
+        return np.array(self.default_theta, dtype=np.float64)
+
+    # ------------------------------------------------------------------ derived numerics
+    def _call(self, t, x, theta):
+        return self.rhs(_time_tensor(t, x.shape[:-1]), x, theta)
+
+    def f(self, t, x, theta):
+        """The vector field on numpy input.
+
+        Parameters
+        ----------
+        t : float or array-like broadcastable against ``x[..., 0]``
+        x : array-like of shape (..., n_states)
+        theta : array-like of shape (n_params,)
+
+        Returns
+        -------
+        ndarray of shape (..., n_states)
+        """
+        x = _as_tensor(x)
+        with torch.no_grad():
+            return self._call(t, x, _as_tensor(theta)).numpy()
+
+    def jac_x(self, t, x, theta):
+        """Jacobian ``df/dx`` at every point, shape ``(..., n_states, n_states)``.
+
+        Entry ``[..., i, j]`` is ``d f_i / d x_j``. Forward mode, one batched call.
+        """
+        x = _as_tensor(x)
+        theta = _as_tensor(theta)
+        basis = torch.eye(x.shape[-1], dtype=_DTYPE)
+
+        def column(v):
+            tangent = v.expand_as(x)
+            return torch.func.jvp(lambda xx: self._call(t, xx, theta), (x,), (tangent,))[1]
+
+        cols = _map_over_basis(column, basis)  # (n_in, ..., n_out)
+        return cols.movedim(0, -1).detach().numpy()
+
+    def jac_theta(self, t, x, theta):
+        """Jacobian ``df/dtheta`` at every point, shape ``(..., n_states, n_params)``."""
+        x = _as_tensor(x)
+        theta = _as_tensor(theta)
+        basis = torch.eye(theta.shape[0], dtype=_DTYPE)
+
+        def column(v):
+            return torch.func.jvp(lambda th: self._call(t, x, th), (theta,), (v,))[1]
+
+        cols = _map_over_basis(column, basis)  # (n_params, ..., n_states)
+        return cols.movedim(0, -1).detach().numpy()
+
+    def vjp(self, t, x, theta, v):
+        """Vector-Jacobian products of ``f`` on a whole grid in one reverse pass.
+
+        Parameters
+        ----------
+        t, x, theta : as in :meth:`f`
+        v : array-like of shape (..., n_states)
+            One cotangent per point.
+
+        Returns
+        -------
+        vx : ndarray of shape (..., n_states)
+            ``(df/dx)^T v`` at each point.
+        vtheta : ndarray of shape (n_params,)
+            ``sum over points of (df/dtheta)^T v``.
+        """
+        x = _as_tensor(x)
+        theta = _as_tensor(theta)
+        _, pullback = torch.func.vjp(lambda xx, th: self._call(t, xx, th), x, theta)
+        vx, vtheta = pullback(_as_tensor(v))
+        return vx.detach().numpy(), vtheta.detach().numpy()
+
+    # ------------------------------------------------------------------ linear structure
+    def _linearity_probe(self, t=None, x=None, random_state=0):
+        """Return (f0, F1, defect) at probe points, with defect the relative misfit of
+        ``f(theta_b) = f(theta_a) + F1 (theta_b - theta_a)`` and of ``F1(theta_a) = F1(theta_b)``."""
+        rng = np.random.default_rng(random_state)
+        if x is None:
+            x = rng.standard_normal((7, self.n_states))
+            t = rng.uniform(0.0, 1.0, 7)
+        elif t is None:
+            t = 0.0
+        scale = np.abs(self.theta_guess()) + 1.0
+        theta_a = self.theta_guess() + 0.3 * scale * rng.standard_normal(self.n_params)
+        theta_b = self.theta_guess() + 0.3 * scale * rng.standard_normal(self.n_params)
+        fa, fb = self.f(t, x, theta_a), self.f(t, x, theta_b)
+        ja, jb = self.jac_theta(t, x, theta_a), self.jac_theta(t, x, theta_b)
+        predicted = fa + np.einsum("...ij,j->...i", ja, theta_b - theta_a)
+        size = max(np.max(np.abs(fa)), np.max(np.abs(fb)), np.max(np.abs(ja)), 1e-300)
+        with np.errstate(invalid="ignore"):
+            defect = max(np.max(np.abs(predicted - fb)), np.max(np.abs(ja - jb))) / size
+        if not np.isfinite(defect):
+            defect = np.inf
+        f0 = fa - np.einsum("...ij,j->...i", ja, theta_a)
+        return f0, ja, defect
+
+    def is_linear_in_theta(self, t=None, x=None, rtol=1e-9):
+        """Whether ``f(t, x, theta) = f0(t, x) + F1(t, x) @ theta`` (checked numerically).
+
+        The check compares ``f`` and ``df/dtheta`` at two random parameter vectors, at the
+        given points (or at random points when ``x`` is None). Exact for models linear in
+        ``theta``; a nonlinear model fails it by many orders of magnitude more than ``rtol``.
+        """
+        return self._linearity_probe(t, x)[2] <= rtol
+
+    def affine_split(self, t, x, rtol=1e-9):
+        """The affine structure ``f = f0 + F1 @ theta`` on a grid.
+
+        Parameters
+        ----------
+        t : float or array-like broadcastable against ``x[..., 0]``
+        x : array-like of shape (..., n_states)
+        rtol : float, default=1e-9
+            Relative misfit above which the model is declared nonlinear in ``theta``.
+
+        Returns
+        -------
+        f0 : ndarray of shape (..., n_states)
+        F1 : ndarray of shape (..., n_states, n_params)
+
+        Raises
+        ------
+        NotLinearInThetaError
+            When ``f`` is not affine in ``theta`` at these points.
+        """
+        f0, F1, defect = self._linearity_probe(t, x)
+        if defect > rtol:
+            raise NotLinearInThetaError(
+                f"{self!r} is not linear in its parameters {self.param_names}: f(theta) "
+                f"differs from f0 + F1 @ theta by {defect:.2e} (relative). Methods that need "
+                "the affine split (WENDy's linear path, BCD-prox's closed-form theta-step) "
+                "must use their nonlinear path for this model."
+            )
+        return f0, F1
+
+
+def _map_over_basis(column, basis):
+    """Stack ``column(e_k)`` over the rows of ``basis`` with vmap; loop if rhs defeats vmap."""
+    try:
+        return torch.func.vmap(column)(basis)
+    except (RuntimeError, ValueError, TypeError):
+        # rhs with data-dependent Python control flow cannot be vmapped; a loop is exact too.
+        return torch.stack([column(e) for e in basis])
+
+
+class FunctionModel(ODEModel):
+    """An :class:`ODEModel` built from a plain function, for quick scripts.
+
+    Parameters
+    ----------
+    rhs : callable
+        ``rhs(t, x, theta)`` in torch operations (see :class:`ODEModel`). Define it at module
+        level so that the model pickles (joblib, Dask and ``clone`` copy models).
+    state_names, param_names : tuple of str
+    default_theta : tuple of float, optional
+
+    Examples
+    --------
+    >>> from sklode.models import FunctionModel
+    >>> def growth(t, x, theta):
+    ...     return theta[0] * x
+    >>> m = FunctionModel(growth, ("N",), ("r",), default_theta=(0.1,))
+    >>> m.f(0.0, [10.0], [0.1])
+    array([1.])
+    """
+
+    def __init__(self, rhs, state_names, param_names, default_theta=None):
+        self.rhs_function = rhs
+        self.state_names = tuple(state_names)
+        self.param_names = tuple(param_names)
+        self.default_theta = None if default_theta is None else tuple(default_theta)
+
+    @classmethod
+    def _constant_names(cls):
+        return ["rhs_function", "state_names", "param_names", "default_theta"]
+
+    def __repr__(self):
+        name = getattr(self.rhs_function, "__qualname__", repr(self.rhs_function))
+        return (
+            f"FunctionModel(rhs={name}, state_names={self.state_names!r}, "
+            f"param_names={self.param_names!r}, default_theta={self.default_theta!r})"
+        )
+
+    def rhs(self, t, x, theta):
+        return self.rhs_function(t, x, theta)
+
+
+def check_model(model):
+    """Validate a model's names and its ``rhs`` once; raise :class:`ModelError` naming the fault.
+
+    Checks that it is an :class:`ODEModel`, that the names are non-empty tuples of distinct
+    strings, that ``default_theta`` has one entry per parameter, and that ``rhs`` returns a
+    float64 tensor of the shape of ``x`` for a single point and a batch of points, with each
+    batch row equal to the single-point result.
+
+    Returns
+    -------
+    model : ODEModel
+        The same object, for chaining.
+    """
+    if not isinstance(model, ODEModel):
+        raise ModelError(
+            f"model must be an sklode.ODEModel instance, got {type(model).__name__}. "
+            "Subclass ODEModel (state_names, param_names, rhs) or use FunctionModel."
+        )
+    name = type(model).__name__
+    for attr in ("state_names", "param_names"):
+        names = getattr(model, attr)
+        if (
+            not isinstance(names, tuple)
+            or len(names) == 0
+            or not all(isinstance(s, str) for s in names)
+        ):
+            raise ModelError(f"{name}.{attr} must be a non-empty tuple of str, got {names!r}.")
+        if len(set(names)) != len(names):
+            raise ModelError(f"{name}.{attr} has repeated names: {names!r}.")
+    if model.default_theta is not None and len(model.default_theta) != model.n_params:
+        raise ModelError(
+            f"{name}.default_theta has {len(model.default_theta)} entries but "
+            f"param_names has {model.n_params}: {model.param_names!r}."
+        )
+    theta = _as_tensor(model.theta_guess())
+    rng = np.random.default_rng(0)
+    batch = _as_tensor(rng.uniform(0.5, 1.5, (3, model.n_states)))
+    with torch.no_grad():
+        try:
+            out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), batch, theta)
+            single = model.rhs(_time_tensor(0.5, ()), batch[1], theta)
+        except Exception as exc:  # the user's code failed: say whose and where
+            raise ModelError(
+                f"{name}.rhs raised {type(exc).__name__}: {exc} when called with x of shape "
+                f"(3, {model.n_states}) and theta of shape ({model.n_params},)."
+            ) from exc
+    for label, value, shape in (("a batch", out, (3, model.n_states)),
+                                ("one point", single, (model.n_states,))):
+        if not isinstance(value, torch.Tensor):
+            raise ModelError(
+                f"{name}.rhs must return a torch.Tensor, got {type(value).__name__} for "
+                f"{label}. Build the result with torch.stack([...], dim=-1)."
+            )
+        if tuple(value.shape) != shape:
+            raise ModelError(
+                f"{name}.rhs returned shape {tuple(value.shape)} for {label} x of shape "
+                f"{shape}; expected {shape}, one derivative per state in "
+                f"state_names={model.state_names!r}. Stack the derivatives on the last axis."
+            )
+        if value.dtype != _DTYPE:
+            raise ModelError(
+                f"{name}.rhs returned dtype {value.dtype}; expected torch.float64. Do not "
+                "create tensors with a fixed dtype inside rhs (use x.new_tensor or plain "
+                "Python numbers)."
+            )
+    if not torch.allclose(out[1], single, rtol=1e-12, atol=1e-12):
+        raise ModelError(
+            f"{name}.rhs gives a different result for a point inside a batch than for the "
+            "same point alone: it must index states with x[..., i] and treat leading axes "
+            "as independent time points."
+        )
+    return model

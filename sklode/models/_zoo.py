@@ -1,0 +1,216 @@
+"""Every system the three papers use, written once as an :class:`ODEModel`.
+
+The exact problems (true parameters, initial states, grids) are in :mod:`sklode.datasets`.
+"""
+
+import torch
+
+from ._base import ODEModel
+
+__all__ = [
+    "LotkaVolterra",
+    "FitzHughNagumo",
+    "Rossler",
+    "Lorenz96",
+    "SEIRD",
+    "LogisticGrowth",
+    "FitzHughNagumoLinear",
+    "HindmarshRose",
+    "ProteinTransduction",
+]
+
+
+class LotkaVolterra(ODEModel):
+    """Predator-prey: ``x1' = a x1 - b x1 x2``, ``x2' = -c x2 + d x1 x2`` (seed 000, eq. 16).
+
+    Linear in ``theta = (a, b, c, d)``.
+    """
+
+    state_names = ("prey", "predator")
+    param_names = ("a", "b", "c", "d")
+    default_theta = (1.0, 1.0, 1.0, 1.0)
+
+    def rhs(self, t, x, theta):
+        prey, pred = x[..., 0], x[..., 1]
+        a, b, c, d = theta
+        return torch.stack([a * prey - b * prey * pred, -c * pred + d * prey * pred], dim=-1)
+
+
+class FitzHughNagumo(ODEModel):
+    """FitzHugh-Nagumo neuron in the (a, b, c) form of seed 000, eq. 17.
+
+    ``v' = c (v - v^3/3 + w)``, ``w' = -(v - a + b w) / c``. Not linear in ``c``.
+    """
+
+    state_names = ("v", "w")
+    param_names = ("a", "b", "c")
+    default_theta = (1.0, 1.0, 1.0)
+
+    def rhs(self, t, x, theta):
+        v, w = x[..., 0], x[..., 1]
+        a, b, c = theta
+        return torch.stack([c * (v - v**3 / 3.0 + w), -(v - a + b * w) / c], dim=-1)
+
+
+class Rossler(ODEModel):
+    """Rossler attractor: ``x' = -y - z``, ``y' = x + a y``, ``z' = b + z (x - c)`` (eq. 18)."""
+
+    state_names = ("x", "y", "z")
+    param_names = ("a", "b", "c")
+    default_theta = (1.0, 1.0, 1.0)
+
+    def rhs(self, t, x, theta):
+        u, v, w = x[..., 0], x[..., 1], x[..., 2]
+        a, b, c = theta
+        return torch.stack([-v - w, u + a * v, b + w * (u - c)], dim=-1)
+
+
+class Lorenz96(ODEModel):
+    """Lorenz-96: ``x_i' = (x_{i+1} - x_{i-2}) x_{i-1} - x_i + F`` with cyclic indices (eq. 19).
+
+    Parameters
+    ----------
+    n_states : int, default=40
+        Dimension ``d``.
+    per_component_forcing : bool, default=False
+        If True, one forcing ``F_i`` per component (``d`` parameters) instead of a shared ``F``.
+    """
+
+    default_theta = None
+
+    def __init__(self, n_states=40, per_component_forcing=False):
+        self.state_names = tuple(f"x{i + 1}" for i in range(int(n_states)))
+        self.per_component_forcing = per_component_forcing
+        if per_component_forcing:
+            self.param_names = tuple(f"F{i + 1}" for i in range(int(n_states)))
+        else:
+            self.param_names = ("F",)
+
+    def rhs(self, t, x, theta):
+        advection = (torch.roll(x, -1, dims=-1) - torch.roll(x, 2, dims=-1)) * torch.roll(
+            x, 1, dims=-1
+        )
+        return advection - x + theta
+
+
+class SEIRD(ODEModel):
+    """SEIRD epidemic with a population constant ``N`` (seed 002, eq. 4).
+
+    ``S' = -a S I / N``, ``E' = a S I / N - b E``, ``I' = b E - g I``, ``R' = (g - m) I``,
+    ``D' = m I`` with ``theta = (alpha, beta, gamma, mu)``. Linear in ``theta``; the sum of
+    the states is conserved.
+
+    Parameters
+    ----------
+    N : float, default=1e5
+        Total population.
+    """
+
+    state_names = ("S", "E", "I", "R", "D")
+    param_names = ("alpha", "beta", "gamma", "mu")
+    default_theta = (1.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 70.0)
+
+    def __init__(self, N=1e5):
+        self.N = N
+
+    def rhs(self, t, x, theta):
+        S, E, I = x[..., 0], x[..., 1], x[..., 2]  # noqa: E741 - the epidemiologists' name
+        alpha, beta, gamma, mu = theta
+        infection = alpha * S * I / self.N
+        return torch.stack(
+            [-infection, infection - beta * E, beta * E - gamma * I, (gamma - mu) * I, mu * I],
+            dim=-1,
+        )
+
+
+class LogisticGrowth(ODEModel):
+    """Logistic growth in linear-coefficient form ``u' = w1 u + w2 u^2`` (WENDy paper)."""
+
+    state_names = ("u",)
+    param_names = ("w1", "w2")
+    default_theta = (1.0, -1.0)
+
+    def rhs(self, t, x, theta):
+        return theta[0] * x + theta[1] * x**2
+
+
+class FitzHughNagumoLinear(ODEModel):
+    """FitzHugh-Nagumo in the WENDy paper's linear-coefficient form.
+
+    ``v' = w1 v + w2 v^3 + w3 w``, ``w' = w4 v + w5 + w6 w``.
+    """
+
+    state_names = ("v", "w")
+    param_names = ("w1", "w2", "w3", "w4", "w5", "w6")
+    default_theta = (1.0, -1.0, 1.0, -1.0, 0.1, 0.1)
+
+    def rhs(self, t, x, theta):
+        v, w = x[..., 0], x[..., 1]
+        return torch.stack(
+            [
+                theta[0] * v + theta[1] * v**3 + theta[2] * w,
+                theta[3] * v + theta[4] + theta[5] * w,
+            ],
+            dim=-1,
+        )
+
+
+class HindmarshRose(ODEModel):
+    """Hindmarsh-Rose neuron in the WENDy paper's linear-coefficient form.
+
+    ``x' = w1 y + w2 x^3 + w3 x^2 + w4 z``, ``y' = w5 + w6 x^2 + w7 y``,
+    ``z' = w8 x + w9 + w10 z``.
+    """
+
+    state_names = ("x", "y", "z")
+    param_names = tuple(f"w{i}" for i in range(1, 11))
+    default_theta = None
+
+    def rhs(self, t, x, theta):
+        u, v, w = x[..., 0], x[..., 1], x[..., 2]
+        w1, w2, w3, w4, w5, w6, w7, w8, w9, w10 = theta
+        return torch.stack(
+            [
+                w1 * v + w2 * u**3 + w3 * u**2 + w4 * w,
+                w5 + w6 * u**2 + w7 * v,
+                w8 * u + w9 + w10 * w,
+            ],
+            dim=-1,
+        )
+
+
+class ProteinTransduction(ODEModel):
+    """Protein transduction benchmark (``biochemM1``) in the WENDy paper's form.
+
+    States ``(S, dS, R, RS, Rpp)``; the Michaelis constant ``Km`` is fixed, not estimated:
+
+    ``S' = w1 S + w2 S R + w3 RS``, ``dS' = w4 S``,
+    ``R' = w5 S R + w6 RS + w7 Rpp/(Km + Rpp)``, ``RS' = w8 S R + w9 RS``,
+    ``Rpp' = w10 RS + w11 Rpp/(Km + Rpp)``.
+
+    Parameters
+    ----------
+    Km : float, default=0.3
+    """
+
+    state_names = ("S", "dS", "R", "RS", "Rpp")
+    param_names = tuple(f"w{i}" for i in range(1, 12))
+    default_theta = None
+
+    def __init__(self, Km=0.3):
+        self.Km = Km
+
+    def rhs(self, t, x, theta):
+        S, R, RS, Rpp = x[..., 0], x[..., 2], x[..., 3], x[..., 4]
+        w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11 = theta
+        saturation = Rpp / (self.Km + Rpp)
+        return torch.stack(
+            [
+                w1 * S + w2 * S * R + w3 * RS,
+                w4 * S,
+                w5 * S * R + w6 * RS + w7 * saturation,
+                w8 * S * R + w9 * RS,
+                w10 * RS + w11 * saturation,
+            ],
+            dim=-1,
+        )
