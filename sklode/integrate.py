@@ -79,7 +79,10 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     x0 = np.asarray(x0, dtype=np.float64)
     limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
 
+    last_t = [float(t_span[0])]  # the integrator's progress, for error messages
+
     def fun(t, x):
+        last_t[0] = t
         dx = model.f(t, x, theta)
         if not np.all(np.isfinite(dx)):
             raise IntegrationError(
@@ -98,7 +101,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         options["jac"] = lambda t, x: model.jac_x(t, x, theta)
     sol = solve_ivp(fun, t_span, x0, method=method, t_eval=t_eval, rtol=rtol, atol=atol,
                     dense_output=dense_output, events=blowup, max_step=max_step, **options)
-    t_reached = float(sol.t[-1]) if sol.t.size else float(t_span[0])
+    t_reached = float(sol.t_events[0][0]) if sol.status == 1 else float(last_t[0])
     if sol.status == -1:
         stiff_hint = (
             " If the model is stiff, try integrator='BDF' or 'Radau'."

@@ -2,4 +2,13 @@
 
 from ._base import ODEEstimatorBase, warn_not_converged
 
-__all__ = ["ODEEstimatorBase", "warn_not_converged"]
+__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators"]
+
+
+def available_estimators():
+    """Name -> ``make(model, theta0)`` for every estimator in this version, in a stable order.
+
+    Used by the ``sklode demo`` command and the benchmarks so that each new estimator shows
+    up in both without further edits.
+    """
+    return {}

@@ -1,0 +1,140 @@
+"""The papers' problems: clean trajectories against independent numpy solves; noise conventions."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from scipy.integrate import solve_ivp
+
+from sklode.datasets import get_problem, list_problems, make_trajectory
+
+
+def lv(t, x, a, b, c, d):
+    return [a * x[0] - b * x[0] * x[1], -c * x[1] + d * x[0] * x[1]]
+
+
+def fhn(t, x, a, b, c):
+    return [c * (x[0] - x[0] ** 3 / 3 + x[1]), -(x[0] - a + b * x[1]) / c]
+
+
+def rossler(t, x, a, b, c):
+    return [-x[1] - x[2], x[0] + a * x[1], b + x[2] * (x[0] - c)]
+
+
+def lorenz96(t, x, F):
+    return (np.roll(x, -1) - np.roll(x, 2)) * np.roll(x, 1) - x + F
+
+
+def seird(t, x, al, be, ga, mu):
+    S, E, I = x[:3]  # noqa: E741
+    inf = al * S * I / 1e5
+    return [-inf, inf - be * E, be * E - ga * I, (ga - mu) * I, mu * I]
+
+
+def logistic(t, x, w1, w2):
+    return [w1 * x[0] + w2 * x[0] ** 2]
+
+
+def fhn_lin(t, x, *w):
+    return [w[0] * x[0] + w[1] * x[0] ** 3 + w[2] * x[1], w[3] * x[0] + w[4] + w[5] * x[1]]
+
+
+def hindmarsh_rose(t, x, *w):
+    u, v, z = x
+    return [w[0] * v + w[1] * u**3 + w[2] * u**2 + w[3] * z, w[4] + w[5] * u**2 + w[6] * v,
+            w[7] * u + w[8] + w[9] * z]
+
+
+def ptb(t, x, *w):
+    S, dS, R, RS, Rpp = x
+    sat = Rpp / (0.3 + Rpp)
+    return [w[0] * S + w[1] * S * R + w[2] * RS, w[3] * S,
+            w[4] * S * R + w[5] * RS + w[6] * sat, w[7] * S * R + w[8] * RS,
+            w[9] * RS + w[10] * sat]
+
+
+NUMPY_RHS = {
+    "lotka_volterra": lv, "fitzhugh_nagumo": fhn, "rossler": rossler, "lorenz96": lorenz96,
+    "seird": seird, "wendy_logistic": logistic, "wendy_lotka_volterra": lv,
+    "wendy_fitzhugh_nagumo": fhn_lin, "wendy_hindmarsh_rose": hindmarsh_rose,
+    "wendy_protein_transduction": ptb,
+}
+
+
+def test_every_problem_is_listed_and_has_a_reference_solver():
+    assert sorted(NUMPY_RHS) == sorted(list_problems())
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_RHS))
+def test_clean_trajectory_matches_an_independent_solve(name):
+    p = get_problem(name)
+    ref = solve_ivp(NUMPY_RHS[name], (p.t0, p.t[-1]), p.x0, method="Radau", t_eval=p.t,
+                    args=tuple(p.theta), rtol=1e-12, atol=1e-12 * max(1, np.abs(p.x0).max()))
+    X = p.clean_states()
+    # Two independent solvers at ~1e-11..1e-12 tolerances; Lorenz-96 and Rossler are chaotic
+    # and amplify those differences over the window, hence 1e-6 relative to the state scale.
+    assert_allclose(X, ref.y.T, atol=1e-6 * np.abs(ref.y).max())
+
+
+def test_problem_definitions_follow_the_papers():
+    lv_p = get_problem("lotka_volterra")
+    assert lv_p.t.size == 41 and lv_p.t[1] - lv_p.t[0] == pytest.approx(0.1)
+    assert_allclose(lv_p.theta_init, [2, 2, 5, 2])
+    s = get_problem("seird")
+    assert s.t0 == 40.0 and s.observed == (2, 3, 4) and s.noise_kind == "proportional"
+    assert_allclose(s.t, np.arange(41, 54))
+    l96 = get_problem("lorenz96")
+    assert l96.model.n_states == 40 and l96.t.size == 201
+    assert get_problem("wendy_hindmarsh_rose").t[1] == pytest.approx(0.009768, abs=1e-6)
+    with pytest.raises(ValueError, match="Unknown problem 'lorenz63'. Known problems"):
+        get_problem("lorenz63")
+
+
+def test_get_problem_returns_independent_copies():
+    p = get_problem("rossler")
+    p.theta[0] = 99.0
+    assert get_problem("rossler").theta[0] == 0.2
+
+
+@pytest.mark.parametrize("distribution", ["gaussian", "laplace"])
+def test_absolute_noise_has_the_stated_standard_deviation(distribution):
+    d = make_trajectory("fitzhugh_nagumo", noise=0.5, distribution=distribution,
+                        random_state=3)
+    resid = d.Y - d.X_observed
+    # 802 draws: the sample std is within ~3 standard errors (0.5/sqrt(2*802)*3 ~ 0.04,
+    # larger for Laplace's heavier tails) of 0.5.
+    assert resid.std() == pytest.approx(0.5, abs=0.06)
+    assert_allclose(d.noise_std, 0.5)
+
+
+def test_laplace_noise_is_laplace_shaped():
+    d = make_trajectory("wendy_lotka_volterra", noise=0.1, distribution="laplace",
+                        random_state=0)
+    z = ((d.Y - d.X_observed) / d.noise_std).ravel()
+    # Laplace kurtosis is 6 (Gaussian 3); with 2048 draws the estimate is within +-1.5.
+    kurt = np.mean(z**4) / np.mean(z**2) ** 2
+    assert 4.5 < kurt < 7.5
+
+
+def test_relative_rms_and_proportional_conventions():
+    d = make_trajectory("wendy_logistic", noise=0.2, random_state=0)
+    rms = np.sqrt(np.mean(d.X_observed**2))
+    assert_allclose(d.noise_std, 0.2 * rms)
+    s = make_trajectory("seird", noise=0.05, random_state=0)
+    assert_allclose(s.noise_std, 0.05 * np.abs(s.X_observed))
+
+
+def test_seeded_noise_is_reproducible_and_zero_noise_is_clean():
+    a = make_trajectory("rossler", random_state=7)
+    b = make_trajectory("rossler", random_state=7)
+    assert_allclose(a.Y, b.Y, rtol=0)
+    clean = make_trajectory("rossler", noise=0.0, random_state=7)
+    assert_allclose(clean.Y, clean.X, rtol=0)
+
+
+def test_bad_noise_arguments():
+    with pytest.raises(ValueError, match="noise_kind must be one of"):
+        make_trajectory("rossler", noise_kind="variance")
+    with pytest.raises(ValueError, match="distribution must be"):
+        make_trajectory("rossler", distribution="cauchy")
+    with pytest.raises(ValueError, match="finite standard deviation"):
+        make_trajectory("rossler", noise=-1)
