@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from .baselines import least_squares_fit
+from .baselines import NUMPY_RHS, least_squares_fit
 from .datasets import get_problem, list_problems, make_trajectory
 from .estimators import available_estimators
 from .metrics import prediction_error
@@ -55,7 +55,7 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=sys.stdout):
         print(_row(name, est.theta_, truth, cpu,
                    prediction_error(data.X, X_hat), note), file=out)
     start = time.process_time()
-    base = least_squares_fit(problem.model, data.t, data.Y, theta0, data.Y[0],
+    base = least_squares_fit(problem.model, data.t, data.Y, theta0, data.Y[0], fun=NUMPY_RHS.get(problem_name),
                              t0=problem.t0, observed=problem.observed)
     cpu = time.process_time() - start
     from .integrate import simulate

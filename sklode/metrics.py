@@ -47,7 +47,7 @@ def relative_coefficient_error(theta_hat, theta_true):
     """WENDy's ``E2 = ||theta_hat - theta_true||_2 / ||theta_true||_2``.
 
     >>> round(relative_coefficient_error([3.0, 4.0], [3.0, 4.5]), 6)
-    0.083045
+    0.09245
     """
     a, b = _pair(theta_hat, theta_true, "relative_coefficient_error")
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))

@@ -39,10 +39,10 @@ def adams_bashforth_coefficients(t, order):
     --------
     >>> B = adams_bashforth_coefficients([0.0, 0.1, 0.2, 0.3, 0.4], 3)
     >>> np.round(B * 12, 10)
-    array([[12.,  0.,  0.],
-           [18., -6.,  0.],
-           [23., -16.,  5.],
-           [23., -16.,  5.]])
+    array([[ 12.,   0.,   0.],
+           [ 18.,  -6.,   0.],
+           [ 23., -16.,   5.],
+           [ 23., -16.,   5.]])
     """
     t = np.asarray(t, dtype=np.float64)
     order = int(order)

@@ -5,59 +5,8 @@ import pytest
 from numpy.testing import assert_allclose
 from scipy.integrate import solve_ivp
 
+from sklode.baselines import NUMPY_RHS
 from sklode.datasets import get_problem, list_problems, make_trajectory
-
-
-def lv(t, x, a, b, c, d):
-    return [a * x[0] - b * x[0] * x[1], -c * x[1] + d * x[0] * x[1]]
-
-
-def fhn(t, x, a, b, c):
-    return [c * (x[0] - x[0] ** 3 / 3 + x[1]), -(x[0] - a + b * x[1]) / c]
-
-
-def rossler(t, x, a, b, c):
-    return [-x[1] - x[2], x[0] + a * x[1], b + x[2] * (x[0] - c)]
-
-
-def lorenz96(t, x, F):
-    return (np.roll(x, -1) - np.roll(x, 2)) * np.roll(x, 1) - x + F
-
-
-def seird(t, x, al, be, ga, mu):
-    S, E, I = x[:3]  # noqa: E741
-    inf = al * S * I / 1e5
-    return [-inf, inf - be * E, be * E - ga * I, (ga - mu) * I, mu * I]
-
-
-def logistic(t, x, w1, w2):
-    return [w1 * x[0] + w2 * x[0] ** 2]
-
-
-def fhn_lin(t, x, *w):
-    return [w[0] * x[0] + w[1] * x[0] ** 3 + w[2] * x[1], w[3] * x[0] + w[4] + w[5] * x[1]]
-
-
-def hindmarsh_rose(t, x, *w):
-    u, v, z = x
-    return [w[0] * v + w[1] * u**3 + w[2] * u**2 + w[3] * z, w[4] + w[5] * u**2 + w[6] * v,
-            w[7] * u + w[8] + w[9] * z]
-
-
-def ptb(t, x, *w):
-    S, dS, R, RS, Rpp = x
-    sat = Rpp / (0.3 + Rpp)
-    return [w[0] * S + w[1] * S * R + w[2] * RS, w[3] * S,
-            w[4] * S * R + w[5] * RS + w[6] * sat, w[7] * S * R + w[8] * RS,
-            w[9] * RS + w[10] * sat]
-
-
-NUMPY_RHS = {
-    "lotka_volterra": lv, "fitzhugh_nagumo": fhn, "rossler": rossler, "lorenz96": lorenz96,
-    "seird": seird, "wendy_logistic": logistic, "wendy_lotka_volterra": lv,
-    "wendy_fitzhugh_nagumo": fhn_lin, "wendy_hindmarsh_rose": hindmarsh_rose,
-    "wendy_protein_transduction": ptb,
-}
 
 
 def test_every_problem_is_listed_and_has_a_reference_solver():

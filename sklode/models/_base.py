@@ -279,7 +279,7 @@ class ODEModel:
         given points (or at random points when ``x`` is None). Exact for models linear in
         ``theta``; a nonlinear model fails it by many orders of magnitude more than ``rtol``.
         """
-        return self._linearity_probe(t, x)[2] <= rtol
+        return bool(self._linearity_probe(t, x)[2] <= rtol)
 
     def affine_split(self, t, x, rtol=1e-9):
         """The affine structure ``f = f0 + F1 @ theta`` on a grid.

@@ -1,0 +1,176 @@
+"""Benchmark runner: one problem, several methods, repeated over noise seeds.
+
+Every method runs in the same process, single-threaded, on the same noisy data; speed is
+reported as CPU seconds (``time.process_time``) and as a ratio to the hand-written scipy
+baseline (:func:`sklode.baselines.least_squares_fit` with a numpy vector field). Accuracy is
+reported with the papers' metrics. Results go to ``benchmarks/results/<name>.json`` and
+``.md``, which the docs quote.
+
+Usage::
+
+    python benchmarks/run.py --problem lotka_volterra --seeds 3
+    python benchmarks/run.py --problem rossler --methods least_squares,bcdprox --noise 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _single_thread():
+    """One thread everywhere: CPU seconds are then comparable across methods and machines."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    threadpool_limits(1)
+
+
+def _fit_baseline(problem, data, theta0):
+    from sklode.baselines import NUMPY_RHS, least_squares_fit
+    from sklode.integrate import simulate
+
+    res = least_squares_fit(problem.model, data.t, data.Y, theta0, data.Y[0] if
+                            problem.t0 == data.t[0] else problem.x0, t0=problem.t0,
+                            observed=problem.observed, fun=NUMPY_RHS.get(problem.name))
+    X_hat = simulate(problem.model, res.theta, res.x0, data.t, t0=problem.t0)
+    return {"theta": res.theta, "X_hat": X_hat, "n_iter": res.nfev, "converged": res.success}
+
+
+def _fit_estimator(make, problem, data, theta0):
+    est = make(problem.model, theta0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(data.t, data.Y)
+    out = {"theta": est.theta_, "X_hat": est.simulate(data.t), "n_iter": int(est.n_iter_),
+           "converged": bool(getattr(est, "converged_", True)),
+           "warnings": sorted({type(w.message).__name__ for w in caught})}
+    if hasattr(est, "states_"):
+        out["X_star"] = est.states_
+    return out
+
+
+def run(problem_name, methods, seeds, noise=None, distribution="gaussian"):
+    """Run every method on every seed; return a list of per-fit records."""
+    from sklode import metrics
+    from sklode.datasets import get_problem, make_trajectory
+    from sklode.estimators import available_estimators
+
+    problem = get_problem(problem_name)
+    theta0 = problem.theta_init if problem.theta_init is not None else problem.model.theta_guess()
+    registry = available_estimators()
+    unknown = [m for m in methods if m != "least_squares" and m not in registry]
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; available: least_squares, "
+                         f"{', '.join(registry)}")
+    records = []
+    for seed in seeds:
+        data = make_trajectory(problem_name, noise=noise, distribution=distribution,
+                               random_state=seed)
+        for method in methods:
+            start = time.process_time()
+            wall = time.perf_counter()
+            if method == "least_squares":
+                out = _fit_baseline(problem, data, theta0)
+            else:
+                out = _fit_estimator(registry[method], problem, data, theta0)
+            rec = {
+                "problem": problem_name, "method": method, "seed": int(seed),
+                "cpu_s": time.process_time() - start, "wall_s": time.perf_counter() - wall,
+                "theta": np.asarray(out["theta"]).tolist(),
+                "param_error": metrics.parameter_error(out["theta"], problem.theta).tolist(),
+                "E2": metrics.relative_coefficient_error(out["theta"], problem.theta),
+                "prediction_error": metrics.prediction_error(data.X, out["X_hat"]),
+                "n_iter": out["n_iter"], "converged": out["converged"],
+            }
+            if "X_star" in out:
+                rec["estimation_error"] = metrics.estimation_error(data.X, out["X_star"])
+            records.append(rec)
+            print(f"{problem_name} seed={seed} {method:<14} cpu={rec['cpu_s']:.3f}s "
+                  f"E2={rec['E2']:.4g} pred={rec['prediction_error']:.4g}", flush=True)
+    return records
+
+
+def summarise(records):
+    """Median per method, and the CPU ratio to the baseline's median."""
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    med = {}
+    for m in methods:
+        rs = [r for r in records if r["method"] == m]
+        med[m] = {
+            "n_fits": len(rs),
+            "cpu_s": float(np.median([r["cpu_s"] for r in rs])),
+            "param_error": np.median([r["param_error"] for r in rs], axis=0).tolist(),
+            "E2": float(np.median([r["E2"] for r in rs])),
+            "prediction_error": float(np.median([r["prediction_error"] for r in rs])),
+            "converged": int(sum(r["converged"] for r in rs)),
+        }
+        if "estimation_error" in rs[0]:
+            med[m]["estimation_error"] = float(np.median([r["estimation_error"] for r in rs]))
+    if "least_squares" in med:
+        base = med["least_squares"]["cpu_s"]
+        for m in med:
+            med[m]["cpu_ratio_to_least_squares"] = med[m]["cpu_s"] / base
+    return med
+
+
+def to_markdown(problem_name, summary, meta):
+    lines = [f"### {problem_name}", "",
+             f"{meta['n_seeds']} noise seeds, noise {meta['noise']} ({meta['noise_kind']}, a "
+             f"standard deviation), {meta['distribution']}; single thread; medians.", "",
+             "| method | CPU s | ratio to least_squares | E2 | per-component abs. error | "
+             "prediction error | converged |", "|---|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        ratio = s.get("cpu_ratio_to_least_squares", float("nan"))
+        errs = ", ".join(f"{v:.3g}" for v in s["param_error"])
+        lines.append(f"| {m} | {s['cpu_s']:.3f} | {ratio:.3g} | {s['E2']:.3g} | {errs} | "
+                     f"{s['prediction_error']:.3g} | {s['converged']}/{s['n_fits']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problem", required=True)
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated; default: least_squares and every estimator")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--noise", type=float, default=None)
+    parser.add_argument("--distribution", default="gaussian")
+    parser.add_argument("--name", default=None, help="results file stem")
+    args = parser.parse_args(argv)
+    _single_thread()
+    from sklode.datasets import get_problem
+    from sklode.estimators import available_estimators
+
+    methods = (args.methods.split(",") if args.methods else
+               ["least_squares", *available_estimators()])
+    records = run(args.problem, methods, range(args.seeds), args.noise, args.distribution)
+    problem = get_problem(args.problem)
+    meta = {"problem": args.problem, "n_seeds": args.seeds,
+            "noise": problem.noise if args.noise is None else args.noise,
+            "noise_kind": problem.noise_kind, "distribution": args.distribution,
+            "python": platform.python_version(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    summary = summarise(records)
+    stem = args.name or f"{args.problem}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(
+        {"meta": meta, "summary": summary, "records": records}, indent=1))
+    (RESULTS / f"{stem}.md").write_text(to_markdown(args.problem, summary, meta))
+    print(to_markdown(args.problem, summary, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
