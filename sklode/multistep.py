@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["adams_bashforth_coefficients", "ab_residual", "ab_integrate"]
+__all__ = ["adams_bashforth_coefficients", "ab_residual", "ab_combination", "ab_integrate"]
 
 
 def adams_bashforth_coefficients(t, order):
@@ -102,8 +102,9 @@ def ab_combination(F, B):
     """``sum_j B[i, j] F[i - j]`` for every step ``i`` (rows before the grid start count 0)."""
     n_steps, order = B.shape
     out = np.zeros((n_steps,) + F.shape[1:])
+    trailing = (1,) * (F.ndim - 1)  # F may be (n_times, n_states) or (n_times, n_states, p)
     for j in range(order):
-        out[j:] += B[j:, j, None] * F[: n_steps - j]
+        out[j:] += B[j:, j].reshape((-1,) + trailing) * F[: n_steps - j]
     return out
 
 

@@ -1,8 +1,9 @@
 """The sklode estimators (each in its own module) and their shared base."""
 
 from ._base import ODEEstimatorBase, warn_not_converged
+from .bcdprox import BCDProxODE
 
-__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators"]
+__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "BCDProxODE"]
 
 
 def available_estimators():
@@ -11,4 +12,6 @@ def available_estimators():
     Used by the ``sklode demo`` command and the benchmarks so that each new estimator shows
     up in both without further edits.
     """
-    return {}
+    return {
+        "bcdprox": lambda model, theta0: BCDProxODE(model, theta0=theta0),
+    }

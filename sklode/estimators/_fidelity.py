@@ -1,0 +1,243 @@
+"""Numerics of BCD-prox (seed 000): the multistep fidelity, its block-banded Jacobian, and the
+two block updates. Plain functions, arrays in and arrays out.
+
+Notation: ``X`` is the state trajectory ``(n_times, n_states)`` at grid ``t``; the residual of
+the Adams-Bashforth scheme (:mod:`sklode.multistep`) is
+
+    R_i(X, theta) = x_{i+1} - x_i - h_i sum_j B_ij f(x_{i-j}, theta),   i = 0 .. n_times-2,
+
+and the fidelity is ``E = sum_i ||R_i||^2`` (unnormalised, as in the paper). Residual ``i``
+touches the states ``i-m+1 .. i+1`` only, so ``dR/dX`` is block-banded.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import solveh_banded
+from scipy.sparse.linalg import cg, spsolve
+
+from ..multistep import ab_combination, adams_bashforth_coefficients
+
+# Above this many unknowns the X-step's normal equations are solved by conjugate gradients
+# (matrix JᵀJ + λI, condition number ~ (||J||² + λ)/λ, ≈ 10 for λ = 1) instead of a sparse
+# direct factorisation, whose fill-in grows with n_states² per time point.
+_DIRECT_MAX_UNKNOWNS = 4000
+
+# Banded Cholesky (LAPACK pbsv) of the normal matrix when its half-bandwidth
+# (order + 1) * n_states is at most this; its cost grows as n * width², so wide bands
+# (Lorenz-96) go to the sparse path, which keeps the model's own sparsity.
+_BANDED_MAX_WIDTH = 64
+
+
+@dataclass
+class Grid:
+    """Everything about the time grid that the iterations reuse."""
+
+    t: np.ndarray
+    h: np.ndarray
+    B: np.ndarray
+
+    @classmethod
+    def build(cls, t, order):
+        t = np.asarray(t, dtype=np.float64)
+        return cls(t=t, h=np.diff(t), B=adams_bashforth_coefficients(t, order))
+
+
+def residual(model, grid, X, theta):
+    """Residual ``R`` of shape ``(n_times - 1, n_states)``."""
+    F = model.f(grid.t[:-1], X[:-1], theta)
+    return X[1:] - X[:-1] - grid.h[:, None] * ab_combination(F, grid.B)
+
+
+def fidelity(model, grid, X, theta):
+    """``E(X, theta) = sum ||R_i||^2``."""
+    R = residual(model, grid, X, theta)
+    return float(np.sum(R * R))
+
+
+def jacobian_blocks(model, grid, X, theta):
+    """The non-zero blocks of ``dR/dX``: ``K[i, k] = dR_i / dx_{i+1-k}``, shape
+    ``(n_steps, order + 1, n_states, n_states)``.
+
+    Block ``k = 0`` is the identity (``x_{i+1}``), ``k = 1`` is ``-I - h_i B_i0 df/dx(x_i)``,
+    ``k >= 2`` is ``-h_i B_i,k-1 df/dx(x_{i-k+1})``; blocks that would fall before the first
+    time point are zero (their coefficient is zero by the order ramp). One batched
+    ``jac_x`` call.
+    """
+    n_steps, order = grid.B.shape
+    d = X.shape[1]
+    Jf = model.jac_x(grid.t[:-1], X[:-1], theta)  # (n_steps, d, d)
+    K = np.zeros((n_steps, order + 1, d, d))
+    K[:, 0] = np.eye(d)
+    K[:, 1] = -np.eye(d)
+    hB = grid.h[:, None] * grid.B
+    for j in range(order):
+        K[j:, j + 1] -= hB[j:, j, None, None] * Jf[: n_steps - j]
+    return K
+
+
+def jacobian_transpose_times(K, R, n_times):
+    """``(dR/dX)^T R`` from the blocks, shape ``(n_times, n_states)``."""
+    n_steps, n_blocks = K.shape[:2]
+    out = np.zeros((n_times, K.shape[2]))
+    for k in range(n_blocks):
+        contrib = np.einsum("iab,ia->ib", K[:, k], R)  # lands on state i + 1 - k
+        lo = max(0, k - 1)  # steps whose column block i + 1 - k exists
+        out[lo + 1 - k: n_steps + 1 - k] += contrib[lo:]
+    return out
+
+
+def residual_jacobian(K, n_times):
+    """Sparse ``dR/dX`` of shape ``((n_times-1) n_states, n_times n_states)`` (row-major X)
+    from :func:`jacobian_blocks`; exact zeros (e.g. Lorenz-96's) are dropped."""
+    n_steps, n_blocks, d, _ = K.shape
+    steps = np.arange(n_steps)[:, None, None, None]
+    col_block = steps + 1 - np.arange(n_blocks)[None, :, None, None]
+    rows = np.broadcast_to(steps * d + np.arange(d)[None, None, :, None], K.shape)
+    cols = np.broadcast_to(col_block * d + np.arange(d)[None, None, None, :], K.shape)
+    keep = (np.broadcast_to(col_block, K.shape) >= 0) & (K != 0)
+    J = sp.csr_matrix((K[keep], (rows[keep], cols[keep])),
+                      shape=(n_steps * d, n_times * d))
+    return J
+
+
+def _banded_normal_matrix(K, n_times, shift):
+    """``J^T J + shift I`` in LAPACK lower banded storage (for ``solveh_banded``)."""
+    n_steps, n_blocks, d, _ = K.shape
+    # Block (c + q, c) of JᵀJ for q = 0..order: sum over steps i of K_i,a^T K_i,b where the
+    # column blocks of a and b are c + q and c.
+    blocks = np.zeros((n_blocks, n_times, d, d))
+    for a in range(n_blocks):
+        for b in range(a, n_blocks):
+            q = b - a  # block a sits at column i + 1 - a, block b at i + 1 - b: a is later
+            # Step i puts block b at column block c = i + 1 - b (one step per c, c >= 0).
+            lo = max(0, b - 1)
+            prod = np.matmul(K[lo:, a].transpose(0, 2, 1), K[lo:, b])  # rows: state of block a
+            blocks[q, lo + 1 - b: n_steps + 1 - b] += prod
+    ab = np.zeros((n_blocks * d, n_times * d))
+    target, source = _band_layout(n_blocks, n_times, d)
+    ab.flat[target] = blocks.flat[source]
+    ab[0] += shift
+    return ab
+
+
+@functools.lru_cache(maxsize=32)
+def _band_layout(n_blocks, n_times, d):
+    """Where each entry of the lower block band lands in LAPACK banded storage."""
+    q, c, r, s = np.meshgrid(np.arange(n_blocks), np.arange(n_times), np.arange(d),
+                             np.arange(d), indexing="ij")
+    band_row = q * d + r - s
+    valid = ((band_row >= 0) & (c + q < n_times)).ravel()
+    target = np.ravel_multi_index((band_row.ravel()[valid], (c * d + s).ravel()[valid]),
+                                  (n_blocks * d, n_times * d))
+    return target, np.flatnonzero(valid)
+
+
+def _solve_normal_equations(K, n_times, shift, rhs):
+    """Solve ``(J^T J + shift I) x = rhs`` exploiting the block-banded structure."""
+    n_steps, n_blocks, d, _ = K.shape
+    if n_blocks * d <= _BANDED_MAX_WIDTH:
+        return solveh_banded(_banded_normal_matrix(K, n_times, shift), rhs.ravel(),
+                             lower=True, check_finite=False).reshape(rhs.shape)
+    J = residual_jacobian(K, n_times)
+    A = (J.T @ J).tocsr() + sp.identity(J.shape[1], format="csr") * shift
+    return _solve_spd(A, rhs.ravel()).reshape(rhs.shape)
+
+
+def _solve_spd(A, b):
+    """Solve the sparse symmetric positive definite system ``A x = b``."""
+    if A.shape[0] <= _DIRECT_MAX_UNKNOWNS:
+        return spsolve(A.tocsc(), b)
+    precond = sp.diags(1.0 / A.diagonal())
+    x, info = cg(A, b, rtol=1e-10, atol=0.0, maxiter=10 * A.shape[0], M=precond)
+    if info != 0:  # not reached in 10 n iterations: fall back to the exact solve
+        return spsolve(A.tocsc(), b)
+    return x
+
+
+def x_step(model, grid, anchor, theta, lam, max_inner=1):
+    """The proximal state update ``argmin_X E(X, theta) + lam ||X - anchor||^2``.
+
+    Levenberg-Marquardt-safeguarded Gauss-Newton steps on the stacked residual
+    ``[R(X); sqrt(lam) (X - anchor)]`` starting at ``X = anchor``. One step per outer
+    iteration is an inexact proximal step that reaches the same fixed points (the outer loop
+    re-anchors anyway); ``lam = 0`` needs several (pass ``max_inner``).
+
+    Returns
+    -------
+    X : ndarray like ``anchor``
+    E : float
+        The fidelity at ``X``.
+    """
+    X = anchor.copy()
+    n_times = X.shape[0]
+    R = residual(model, grid, X, theta)
+    phi = float(np.sum(R * R))
+    mu = 0.0
+    for _ in range(max_inner):
+        K = jacobian_blocks(model, grid, X, theta)
+        gradient = jacobian_transpose_times(K, R, n_times) + lam * (X - anchor)
+        # Mean diagonal of JᵀJ, the natural scale of damping.
+        scale = max(float(np.sum(K * K)) / X.size, 1e-300)
+        # A vanishing λ makes JᵀJ singular (the fidelity has a whole manifold of minimisers);
+        # a relative damping of 1e-10 picks the step of (nearly) least norm.
+        damping = max(mu, 1e-10 * scale if lam == 0 else 0.0)
+        improved = False
+        for _attempt in range(12):
+            delta = _solve_normal_equations(K, n_times, lam + damping, -gradient)
+            X_try = X + delta
+            R_try = residual(model, grid, X_try, theta)
+            phi_try = float(np.sum(R_try * R_try) + lam * np.sum((X_try - anchor) ** 2))
+            if np.isfinite(phi_try) and phi_try <= phi:
+                improved = True
+                break
+            damping = max(10.0 * damping, 1e-4 * scale)  # Levenberg-Marquardt safeguard
+        if not improved:
+            break
+        small = phi - phi_try <= 1e-12 * max(phi, 1e-300)
+        X, R, phi = X_try, R_try, phi_try
+        mu = damping / 10.0
+        if small:
+            break
+    return X, float(np.sum(R * R))
+
+
+def theta_step_linear(model, grid, X):
+    """Exact ``argmin_theta E(X, theta)`` for a model affine in ``theta`` (linear least squares).
+
+    ``R = r0 - G theta`` with ``G_i = h_i sum_j B_ij F1(x_{i-j})``.
+    """
+    f0, F1 = model.affine_split(grid.t[:-1], X[:-1], check=False)  # checked once per fit
+    G = grid.h[:, None, None] * ab_combination(F1, grid.B)  # (n_steps, d, p)
+    r0 = X[1:] - X[:-1] - grid.h[:, None] * ab_combination(f0, grid.B)
+    theta, *_ = np.linalg.lstsq(G.reshape(-1, G.shape[-1]), r0.ravel(), rcond=None)
+    return theta
+
+
+def theta_step_nonlinear(model, grid, X, theta, max_iter=20, rtol=1e-10):
+    """``argmin_theta E(X, theta)`` by Gauss-Newton with step halving, warm-started."""
+    R = residual(model, grid, X, theta)
+    E = float(np.sum(R * R))
+    for _ in range(max_iter):
+        Jt = model.jac_theta(grid.t[:-1], X[:-1], theta)  # (n_steps, d, p)
+        G = grid.h[:, None, None] * ab_combination(Jt, grid.B)  # dR/dtheta = -G
+        step, *_ = np.linalg.lstsq(G.reshape(-1, G.shape[-1]), R.ravel(), rcond=None)
+        for _halving in range(30):
+            theta_try = theta + step
+            with np.errstate(all="ignore"):
+                R_try = residual(model, grid, X, theta_try)
+            E_try = float(np.sum(R_try * R_try))
+            if np.isfinite(E_try) and E_try <= E:
+                break
+            step = step / 2.0
+        else:
+            break
+        converged = np.linalg.norm(theta_try - theta) <= rtol * (1.0 + np.linalg.norm(theta))
+        theta, R, E = theta_try, R_try, E_try
+        if converged:
+            break
+    return theta
