@@ -38,7 +38,7 @@ def test_residual_jacobian_matches_finite_differences(order, rossler_noisy):
     d, p = rossler_noisy, rossler_noisy.problem
     grid = fid.Grid.build(d.t, order)
     K = fid.jacobian_blocks(p.model, grid, d.Y, p.theta)
-    J = fid.residual_jacobian(K, d.t.size)
+    J = fid.residual_jacobian(p.model, grid, d.Y, p.theta)
     v = np.random.default_rng(0).standard_normal(d.Y.shape)
     h = 1e-6
     fd = (fid.residual(p.model, grid, d.Y + h * v, p.theta)
@@ -53,17 +53,22 @@ def test_residual_jacobian_matches_finite_differences(order, rossler_noisy):
 def test_banded_and_sparse_solves_equal_dense_algebra(rossler_noisy, monkeypatch):
     d, p = rossler_noisy, rossler_noisy.problem
     grid = fid.Grid.build(d.t, 3)
-    K = fid.jacobian_blocks(p.model, grid, d.Y, p.theta)
-    J = fid.residual_jacobian(K, d.t.size).toarray()
+    R = fid.residual(p.model, grid, d.Y, p.theta)
+    anchor = d.Y + 0.1
+    J = fid.residual_jacobian(p.model, grid, d.Y, p.theta).toarray()
     rhs = np.random.default_rng(1).standard_normal(d.Y.shape)
     dense = np.linalg.solve(J.T @ J + 0.7 * np.eye(J.shape[1]), rhs.ravel())
-    banded = fid._solve_normal_equations(K, d.t.size, 0.7, rhs)
+    grad_dense = J.T @ R.ravel() + 0.5 * (d.Y - anchor).ravel()
+    g_banded, _, solve_banded = fid._normal_equations(p.model, grid, d.Y, p.theta, R, anchor,
+                                                      0.5)
     monkeypatch.setattr(fid, "_BANDED_MAX_WIDTH", 0)  # force the sparse route
     monkeypatch.setattr(fid, "_DIRECT_MAX_UNKNOWNS", 0)  # ... and its CG solver
-    sparse_cg = fid._solve_normal_equations(K, d.t.size, 0.7, rhs)
-    # Banded Cholesky is exact to rounding; CG stops at a 1e-10 relative residual.
-    assert_allclose(banded.ravel(), dense, rtol=1e-10, atol=1e-12)
-    assert_allclose(sparse_cg.ravel(), dense, rtol=1e-7, atol=1e-8)
+    g_sparse, _, solve_cg = fid._normal_equations(p.model, grid, d.Y, p.theta, R, anchor, 0.5)
+    # Banded Cholesky is exact to rounding; CG stops at a 1e-9 relative residual.
+    assert_allclose(solve_banded(0.7, rhs).ravel(), dense, rtol=1e-10, atol=1e-12)
+    assert_allclose(solve_cg(0.7, rhs).ravel(), dense, rtol=1e-7, atol=1e-8)
+    assert_allclose(g_banded.ravel(), grad_dense, atol=1e-12)
+    assert_allclose(g_sparse.ravel(), grad_dense, atol=1e-12)
 
 
 def test_linear_theta_step_is_exact_on_an_ab_trajectory():

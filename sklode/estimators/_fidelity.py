@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import solveh_banded
-from scipy.sparse.linalg import cg, spsolve
+from scipy.linalg import cho_solve_banded, cholesky_banded, solveh_banded
+from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
 from ..multistep import ab_combination, adams_bashforth_coefficients
 
@@ -91,18 +91,29 @@ def jacobian_transpose_times(K, R, n_times):
     return out
 
 
-def residual_jacobian(K, n_times):
-    """Sparse ``dR/dX`` of shape ``((n_times-1) n_states, n_times n_states)`` (row-major X)
-    from :func:`jacobian_blocks`; exact zeros (e.g. Lorenz-96's) are dropped."""
-    n_steps, n_blocks, d, _ = K.shape
-    steps = np.arange(n_steps)[:, None, None, None]
-    col_block = steps + 1 - np.arange(n_blocks)[None, :, None, None]
-    rows = np.broadcast_to(steps * d + np.arange(d)[None, None, :, None], K.shape)
-    cols = np.broadcast_to(col_block * d + np.arange(d)[None, None, None, :], K.shape)
-    keep = (np.broadcast_to(col_block, K.shape) >= 0) & (K != 0)
-    J = sp.csr_matrix((K[keep], (rows[keep], cols[keep])),
-                      shape=(n_steps * d, n_times * d))
-    return J
+def residual_jacobian(model, grid, X, theta):
+    """Sparse ``dR/dX`` of shape ``((n_times-1) n_states, n_times n_states)`` (row-major X).
+
+    Only the entries where ``df/dx`` is non-zero somewhere on the grid are stored (Lorenz-96:
+    4 of 40 per row), so the matrix is as sparse as the model.
+    """
+    n_times, d = X.shape
+    n_steps, order = grid.B.shape
+    Jf = model.jac_x(grid.t[:-1], X[:-1], theta)  # (n_steps, d, d)
+    r_idx, c_idx = np.nonzero(np.any(Jf != 0, axis=0))
+    hB = grid.h[:, None] * grid.B
+    data, rows, cols = [], [], []
+    for j in range(order):
+        steps = np.arange(j, n_steps)
+        data.append((-hB[j:, j, None] * Jf[: n_steps - j][:, r_idx, c_idx]).ravel())
+        rows.append((steps[:, None] * d + r_idx).ravel())
+        cols.append(((steps - j)[:, None] * d + c_idx).ravel())
+    diag = np.arange(n_steps * d)
+    data += [-np.ones(n_steps * d), np.ones(n_steps * d)]
+    rows += [diag, diag]
+    cols += [diag, diag + d]
+    return sp.csr_matrix((np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
+                         shape=(n_steps * d, n_times * d))
 
 
 def _banded_normal_matrix(K, n_times, shift):
@@ -137,26 +148,67 @@ def _band_layout(n_blocks, n_times, d):
     return target, np.flatnonzero(valid)
 
 
-def _solve_normal_equations(K, n_times, shift, rhs):
-    """Solve ``(J^T J + shift I) x = rhs`` exploiting the block-banded structure."""
-    n_steps, n_blocks, d, _ = K.shape
-    if n_blocks * d <= _BANDED_MAX_WIDTH:
-        return solveh_banded(_banded_normal_matrix(K, n_times, shift), rhs.ravel(),
-                             lower=True, check_finite=False).reshape(rhs.shape)
-    J = residual_jacobian(K, n_times)
-    A = (J.T @ J).tocsr() + sp.identity(J.shape[1], format="csr") * shift
-    return _solve_spd(A, rhs.ravel()).reshape(rhs.shape)
+def _solve_spd(A, b, precond=None):
+    """Solve the sparse symmetric positive definite system ``A x = b``.
 
-
-def _solve_spd(A, b):
-    """Solve the sparse symmetric positive definite system ``A x = b``."""
+    Direct (SuperLU) up to ``_DIRECT_MAX_UNKNOWNS``, preconditioned CG beyond.
+    """
     if A.shape[0] <= _DIRECT_MAX_UNKNOWNS:
         return spsolve(A.tocsc(), b)
-    precond = sp.diags(1.0 / A.diagonal())
-    x, info = cg(A, b, rtol=1e-10, atol=0.0, maxiter=10 * A.shape[0], M=precond)
+    if precond is None:
+        precond = sp.diags(1.0 / A.diagonal())
+    x, info = cg(A, b, rtol=1e-9, atol=0.0, maxiter=10 * A.shape[0], M=precond)
     if info != 0:  # not reached in 10 n iterations: fall back to the exact solve
         return spsolve(A.tocsc(), b)
     return x
+
+
+def _difference_preconditioner(n_times, d, shift):
+    """``(D^T D + shift I)^{-1}`` for the plain difference operator ``D`` (x_{i+1} - x_i) on
+    every state component: the part of ``J^T J + shift I`` that does not involve ``h df/dx``,
+    so CG on the preconditioned system converges in a handful of iterations for small steps.
+    One tridiagonal Cholesky factor, shared by all components."""
+    ab = np.zeros((2, n_times))
+    ab[0] = 2.0 + shift
+    ab[0, [0, -1]] = 1.0 + shift
+    ab[1, :-1] = -1.0
+    factor = cholesky_banded(ab, lower=True)
+
+    def apply(v):
+        return cho_solve_banded((factor, True), v.reshape(n_times, d)).ravel()
+
+    return LinearOperator((n_times * d, n_times * d), matvec=apply, dtype=np.float64)
+
+
+def _normal_equations(model, grid, X, theta, R, anchor, lam):
+    """Gradient of ``E + lam |X - anchor|^2`` (halved) and a solver for ``J^T J + s I``.
+
+    Narrow bands (few states) use the dense blocks and LAPACK's banded Cholesky; wide ones
+    (many states) a sparse Jacobian with the model's own sparsity and CG.
+    """
+    n_times, d = X.shape
+    order = grid.B.shape[1]
+    if (order + 1) * d <= _BANDED_MAX_WIDTH:
+        K = jacobian_blocks(model, grid, X, theta)
+        gradient = jacobian_transpose_times(K, R, n_times) + lam * (X - anchor)
+        scale = float(np.sum(K * K)) / X.size  # mean diagonal of JᵀJ
+
+        def solve(shift, rhs):
+            ab = _banded_normal_matrix(K, n_times, shift)
+            return solveh_banded(ab, rhs.ravel(), lower=True,
+                                 check_finite=False).reshape(rhs.shape)
+    else:
+        J = residual_jacobian(model, grid, X, theta)
+        gradient = (J.T @ R.ravel()).reshape(X.shape) + lam * (X - anchor)
+        JTJ = (J.T @ J).tocsr()
+        scale = float(JTJ.diagonal().mean())
+        eye = sp.identity(JTJ.shape[0], format="csr")
+
+        def solve(shift, rhs):
+            precond = _difference_preconditioner(n_times, d, shift)
+            return _solve_spd(JTJ + shift * eye, rhs.ravel(), precond).reshape(rhs.shape)
+
+    return gradient, max(scale, 1e-300), solve
 
 
 def x_step(model, grid, anchor, theta, lam, max_inner=1):
@@ -174,22 +226,17 @@ def x_step(model, grid, anchor, theta, lam, max_inner=1):
         The fidelity at ``X``.
     """
     X = anchor.copy()
-    n_times = X.shape[0]
     R = residual(model, grid, X, theta)
     phi = float(np.sum(R * R))
     mu = 0.0
     for _ in range(max_inner):
-        K = jacobian_blocks(model, grid, X, theta)
-        gradient = jacobian_transpose_times(K, R, n_times) + lam * (X - anchor)
-        # Mean diagonal of JᵀJ, the natural scale of damping.
-        scale = max(float(np.sum(K * K)) / X.size, 1e-300)
+        gradient, scale, solve = _normal_equations(model, grid, X, theta, R, anchor, lam)
         # A vanishing λ makes JᵀJ singular (the fidelity has a whole manifold of minimisers);
         # a relative damping of 1e-10 picks the step of (nearly) least norm.
         damping = max(mu, 1e-10 * scale if lam == 0 else 0.0)
         improved = False
         for _attempt in range(12):
-            delta = _solve_normal_equations(K, n_times, lam + damping, -gradient)
-            X_try = X + delta
+            X_try = X + solve(lam + damping, -gradient)
             R_try = residual(model, grid, X_try, theta)
             phi_try = float(np.sum(R_try * R_try) + lam * np.sum((X_try - anchor) ** 2))
             if np.isfinite(phi_try) and phi_try <= phi:
