@@ -61,8 +61,7 @@ def test_banded_and_sparse_solves_equal_dense_algebra(rossler_noisy, monkeypatch
     grad_dense = J.T @ R.ravel() + 0.5 * (d.Y - anchor).ravel()
     g_banded, _, solve_banded = fid._normal_equations(p.model, grid, d.Y, p.theta, R, anchor,
                                                       0.5)
-    monkeypatch.setattr(fid, "_BANDED_MAX_WIDTH", 0)  # force the sparse route
-    monkeypatch.setattr(fid, "_DIRECT_MAX_UNKNOWNS", 0)  # ... and its CG solver
+    monkeypatch.setattr(fid, "_BANDED_MAX_WIDTH", 0)  # force the sparse route (CG)
     g_sparse, _, solve_cg = fid._normal_equations(p.model, grid, d.Y, p.theta, R, anchor, 0.5)
     # Banded Cholesky is exact to rounding; CG stops at a 1e-9 relative residual.
     assert_allclose(solve_banded(0.7, rhs).ravel(), dense, rtol=1e-10, atol=1e-12)
