@@ -2,7 +2,7 @@
 
 from . import datasets, metrics, models, multistep
 from .exceptions import ConvergenceWarning, IntegrationError, ModelError, NotLinearInThetaError
-from .estimators import BCDProxODE
+from .estimators import BCDProxODE, WENDyODE
 from .integrate import simulate
 from .models import ODEModel
 
@@ -10,6 +10,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BCDProxODE",
+    "WENDyODE",
     "ODEModel",
     "simulate",
     "datasets",

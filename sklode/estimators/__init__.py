@@ -2,8 +2,9 @@
 
 from ._base import ODEEstimatorBase, warn_not_converged
 from .bcdprox import BCDProxODE
+from .wendy import WENDyODE
 
-__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "BCDProxODE"]
+__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "BCDProxODE", "WENDyODE"]
 
 
 def available_estimators():
@@ -14,4 +15,5 @@ def available_estimators():
     """
     return {
         "bcdprox": lambda model, theta0: BCDProxODE(model, theta0=theta0),
+        "wendy": lambda model, theta0: WENDyODE(model, theta0=theta0),
     }

@@ -1,0 +1,164 @@
+"""WENDyODE: test functions, quadrature, noise estimate and residual covariance against
+direct computations; recovery on noise-free and noisy data; nonlinear models; grids."""
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from sklode import WENDyODE
+from sklode.datasets import get_problem, make_trajectory
+from sklode.estimators._testfunctions import product_rows, trapezoid_weights
+from sklode.estimators._testfunctions import test_function_matrices as build_test_functions
+from sklode.estimators.wendy import _covariance_blocks, estimate_noise
+from sklode.metrics import relative_coefficient_error
+from sklode.models import FitzHughNagumo, LotkaVolterra
+
+
+def test_quadrature_is_exact_where_it_should_be():
+    u = np.linspace(0, 2, 41)
+    assert trapezoid_weights(u) @ u == pytest.approx(2.0, rel=1e-14)  # linear: exact
+    # Product integration on a random grid: the bump is integrated exactly, the data by
+    # linear interpolation, so a linear function's integrals are exact to quadrature
+    # rounding (8 Gauss points per interval on a C-infinity bump).
+    rng = np.random.default_rng(0)
+    t = np.r_[0.0, np.sort(rng.uniform(0, 2, 200)), 2.0]
+    psi, dpsi = product_rows(t, np.array([1.0]), 0.5)
+    ref_psi, _ = product_rows(np.linspace(0, 2, 20001), np.array([1.0]), 0.5)
+    lin = 3.0 * t - 1.0
+    assert (psi @ lin)[0] == pytest.approx((ref_psi @ (3.0 * np.linspace(0, 2, 20001) - 1.0))[0],
+                                           rel=1e-10)
+    assert (dpsi @ np.ones_like(t))[0] == pytest.approx(0.0, abs=1e-12)  # int psi' = 0
+
+
+@pytest.mark.parametrize("uniform", [True, False], ids=["uniform", "nonuniform"])
+def test_test_functions_are_orthonormal_and_phidot_is_their_derivative(uniform):
+    rng = np.random.default_rng(1)
+    t = np.linspace(0, 10, 600) if uniform else np.r_[0, np.sort(rng.uniform(0, 10, 598)), 10]
+    Phi, Phidot, radii = build_test_functions(t, 0.4)
+    # Rows are orthonormal in R^n (weights included) by construction.
+    assert_allclose(Phi @ Phi.T, np.eye(Phi.shape[0]), atol=1e-8)
+    # Integration by parts: int psi u' = -int psi' u for compact psi. Spectral accuracy on
+    # the uniform grid (rounding amplified by the SVD's 1e4 condition cap); on the random
+    # grid the data are interpolated linearly (max gap ~0.1): second order.
+    u, du = np.sin(t), np.cos(t)
+    scale = np.max(np.abs(Phi @ du))
+    tol = 1e-7 if uniform else 1e-2
+    assert np.max(np.abs(Phi @ du + Phidot @ u)) < tol * scale
+    assert radii[0] == 0.4 and len(radii) == 4
+
+
+@pytest.mark.parametrize("uniform", [True, False], ids=["uniform", "nonuniform"])
+def test_noise_estimate_recovers_the_standard_deviation(uniform):
+    rng = np.random.default_rng(2)
+    t = np.linspace(0, 20, 2000) if uniform else np.sort(rng.uniform(0, 20, 2000))
+    U = np.column_stack([np.sin(t), 3 * np.cos(0.5 * t)])
+    sigma = np.array([0.1, 0.02])
+    est = estimate_noise(t, U + sigma * rng.standard_normal(U.shape))
+    # ~2000 filtered values: sampling error of a standard deviation ~2 %; 10 % is safe.
+    assert_allclose(est, sigma, rtol=0.1)
+
+
+def test_covariance_blocks_equal_the_dense_product():
+    rng = np.random.default_rng(3)
+    K, n, d = 5, 30, 3
+    Phi, Phidot = rng.standard_normal((K, n)), rng.standard_normal((K, n))
+    J = rng.standard_normal((n, d, d))
+    J[:, 0, 2] = 0.0  # an entry that vanishes everywhere is skipped: must not matter
+    sigma = np.array([0.5, 1.0, 2.0])
+    L = np.zeros((K, d, n, d))
+    for i in range(d):
+        for l in range(d):  # noqa: E741
+            L[:, i, :, l] = sigma[l] * (Phi * J[:, i, l] + (i == l) * Phidot)
+    L = L.reshape(K * d, n * d)
+    assert_allclose(_covariance_blocks(Phi, Phidot, J, sigma), L @ L.T, rtol=1e-12,
+                    atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["wendy_logistic", "wendy_lotka_volterra"])
+def test_noise_free_data_give_the_coefficients_to_1e6(name):
+    d = make_trajectory(name, noise=0.0)
+    est = WENDyODE(d.problem.model).fit(d.t, d.Y)
+    # The issue's bar: E2 < 1e-6 (measured 5e-8 logistic, 2e-13 LV).
+    assert relative_coefficient_error(est.theta_, d.problem.theta) < 1e-6
+
+
+def test_noisy_lotka_volterra_and_calibrated_uncertainty():
+    truth = get_problem("wendy_lotka_volterra").theta
+    errs, inside = [], 0
+    for seed in range(4):
+        d = make_trajectory("wendy_lotka_volterra", noise=0.10, random_state=seed)
+        est = WENDyODE(LotkaVolterra()).fit(d.t, d.Y)
+        errs.append(relative_coefficient_error(est.theta_, truth))
+        lo, hi = est.confidence_intervals(0.95).T
+        inside += np.sum((lo <= truth) & (truth <= hi))
+        assert np.all(est.theta_stderr_ > 0) and est.sigma_.shape == (2,)
+    # Measured median 0.010 over 5 seeds (pyWENDy-2023: 0.0069, HEAD 0.0034 on 3 seeds):
+    # 0.02 bounds the seed scatter.
+    assert np.median(errs) < 0.02
+    assert inside >= 13  # 16 intervals at 95 %: 13 or fewer hits has probability < 1 %
+
+
+def test_non_uniform_grid_is_as_accurate_as_uniform():
+    p0 = get_problem("wendy_lotka_volterra")
+    errs = {"uniform": [], "random": []}
+    for seed in range(5):
+        rng = np.random.default_rng(50 + seed)
+        grids = {"uniform": np.linspace(0, 5, 512),
+                 "random": np.r_[0, np.sort(rng.uniform(0, 5, 510)), 5]}
+        for kind, t in grids.items():
+            p = dataclasses.replace(p0, t=t)
+            d = make_trajectory(p, noise=0.05, random_state=seed)
+            est = WENDyODE(p.model).fit(d.t, d.Y)
+            errs[kind].append(relative_coefficient_error(est.theta_, p.theta))
+    # The issue's bar: within 2x of the uniform grid (measured medians 0.0047 vs 0.0042;
+    # pyWENDy loses 13-100x here).
+    assert np.median(errs["random"]) <= 2 * np.median(errs["uniform"])
+
+
+def test_shifted_time_origin_gives_the_same_estimate():
+    p0 = get_problem("wendy_lotka_volterra")
+    fits = []
+    for t0 in (0.0, 10.0):
+        p = dataclasses.replace(p0, t=np.linspace(t0, t0 + 5, 512), t0=t0)
+        d = make_trajectory(p, noise=0.05, random_state=0)
+        fits.append(WENDyODE(p.model).fit(d.t, d.Y).theta_)
+    # Only the origin of time differs (the references return ~0 at t0 = 10): equal to rounding
+    # of the shifted grid.
+    assert_allclose(fits[0], fits[1], rtol=1e-8)
+
+
+def test_model_not_linear_in_theta_is_fitted():
+    p = get_problem("fitzhugh_nagumo")
+    d = make_trajectory("fitzhugh_nagumo", noise=0.05, noise_kind="relative_rms",
+                        random_state=0)
+    est = WENDyODE(FitzHughNagumo(), theta0=(2, 2, 5)).fit(d.t, d.Y)
+    # The issue's bar: within 5 % at 5 % noise (measured 0.4 %, 0.2 %, 0.3 %).
+    assert_allclose(est.theta_, p.theta, rtol=0.05)
+
+
+def test_bounds_are_honoured():
+    d = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
+    est = WENDyODE(LotkaVolterra(), bounds=([0, 0, 0, 0], [2.5, 10, 10, 10])).fit(d.t, d.Y)
+    assert est.theta_[0] <= 2.5 + 1e-12 and est.theta_[0] == pytest.approx(2.5, rel=1e-3)
+
+
+def test_too_few_samples_and_wrong_width():
+    d = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
+    with pytest.raises(ValueError, match=r"WENDyODE needs at least 16 time points"):
+        WENDyODE(LotkaVolterra()).fit(d.t[:10], d.Y[:10])
+    with pytest.raises(ValueError, match=r"Y has 1 column\(s\) but WENDyODE expects 2"):
+        WENDyODE(LotkaVolterra()).fit(d.t, d.Y[:, 0:1])
+
+
+def test_predict_starts_from_a_smoothed_initial_state():
+    d = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = WENDyODE(LotkaVolterra()).fit(d.t, d.Y)
+    # Short-window shooting with theta_ fixed: closer to the clean x0 than the noisy
+    # first sample (measured 0.05 vs 0.62).
+    assert np.linalg.norm(est.x0_ - d.X[0]) < np.linalg.norm(d.Y[0] - d.X[0])
+    assert est.score(d.t, d.Y) > 0.95
