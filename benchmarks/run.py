@@ -37,6 +37,27 @@ def _single_thread():
     threadpool_limits(1)
 
 
+def run_sections(stem, sections, to_markdown, argv=None):
+    """Command line of the per-estimator benchmark scripts: run the chosen sections and
+    write ``results/<stem>.json`` and ``.md`` after each (re-reading the JSON first, so
+    sections may run in parallel processes)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sections", default=",".join(sections))
+    args = parser.parse_args(argv)
+    _single_thread()
+    path = RESULTS / f"{stem}.json"
+    results = {}
+    for name in args.sections.split(","):
+        section = sections[name]()
+        results = json.loads(path.read_text()) if path.exists() else {}
+        results[name] = section
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1))
+        (RESULTS / f"{stem}.md").write_text(to_markdown(results))
+    print(to_markdown(results))
+    return 0
+
+
 def _fit_baseline(problem, data, theta0):
     from sklode.baselines import NUMPY_RHS, least_squares_fit
     from sklode.integrate import simulate

@@ -85,6 +85,17 @@ class ODEEstimatorBase(RegressorMixin, BaseEstimator):
             meta["feature_names_in_"] = feature_names
         return t_sorted, Y_sorted, meta
 
+    def _initial_theta(self):
+        """``theta0`` as a float64 vector (the model's default guess when None), checked."""
+        model = self.model
+        if self.theta0 is None:
+            return model.theta_guess()
+        theta0 = np.array(self.theta0, dtype=np.float64).reshape(-1)
+        if theta0.shape != (model.n_params,):
+            raise ValueError(f"theta0 has {theta0.size} entries but {model!r} has "
+                             f"{model.n_params} parameters {model.param_names}.")
+        return theta0
+
     def _set_fitted(self, **attributes):
         """Replace every fitted attribute at once (the previous fit's are all removed)."""
         for key in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:

@@ -361,11 +361,7 @@ class BCDProxODE(ODEEstimatorBase):
         model = self.model
         observed = tuple(range(getattr(model, "n_states", 0)))
         t, Y, meta = self._validate_training_data(t, Y, observed)
-        theta0 = model.theta_guess() if self.theta0 is None else np.array(
-            self.theta0, dtype=np.float64).reshape(-1)
-        if theta0.shape != (model.n_params,):
-            raise ValueError(f"theta0 has {theta0.size} entries but {model!r} has "
-                             f"{model.n_params} parameters {model.param_names}.")
+        theta0 = self._initial_theta()
         res = bcd_prox_solve(model, t, Y, theta0, lam=self.lam, order=self.order,
                              solver=self.solver, acceleration=self.acceleration,
                              anderson_memory=self.anderson_memory, stop=self.stop,

@@ -275,7 +275,7 @@ class WENDyODE(ODEEstimatorBase):
     x0 : {"fit", "smooth"}, default="fit"
         How ``x0_`` (the state at the first time, for ``predict``) is obtained; WENDy itself
         does not estimate it. ``"fit"``: least squares of the simulated trajectory against
-        the data over ``x0`` with theta fixed, on a window of four smallest test-function
+        the data over ``x0`` with theta fixed, on a window of two smallest test-function
         radii (a few short forward solves). ``"smooth"``: a local quadratic fit of the data
         near ``t0`` (no solve; noisier).
     verbose : int, default=0
@@ -361,11 +361,7 @@ class WENDyODE(ODEEstimatorBase):
         model = self.model
         observed = tuple(range(getattr(model, "n_states", 0)))
         t, Y, meta = self._validate_training_data(t, Y, observed)
-        theta0 = model.theta_guess() if self.theta0 is None else np.array(
-            self.theta0, dtype=np.float64).reshape(-1)
-        if theta0.shape != (model.n_params,):
-            raise ValueError(f"theta0 has {theta0.size} entries but {model!r} has "
-                             f"{model.n_params} parameters {model.param_names}.")
+        theta0 = self._initial_theta()
         linear = model.is_linear_in_theta() and model.is_linear_in_theta(t[:16], Y[:16])
         bounds = None
         if self.bounds is not None:
@@ -377,12 +373,14 @@ class WENDyODE(ODEEstimatorBase):
                           n_scales=self.n_scales, bounds=bounds, verbose=self.verbose)
         x0 = _smoothed_x0(t, Y, res.radii[0])
         if self.x0 == "fit":
-            # Shooting on a short window (4 smallest radii, at least 10 samples): a few
+            # Shooting on a short window (two smallest radii, at least 10 samples): a few
             # cheap solves, and no sensitivity to chaotic divergence later in the series.
-            n_win = max(10, int(np.searchsorted(t, t[0] + 4 * res.radii[0])))
+            # rtol 1e-6 is far below the noise this averages.
+            n_win = max(10, int(np.searchsorted(t, t[0] + 2 * res.radii[0])))
             tw, Yw = t[:n_win], Y[:n_win]
-            x0 = least_squares(lambda z: (simulate(model, res.theta, z, tw) - Yw).ravel(),
-                               x0, x_scale="jac").x
+            x0 = least_squares(
+                lambda z: (simulate(model, res.theta, z, tw, rtol=1e-6, atol=1e-9)
+                           - Yw).ravel(), x0, x_scale="jac", ftol=1e-6).x
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}) or tol (now "

@@ -1,0 +1,206 @@
+"""WENDyODE benchmarks: the paper's five problems, coverage of the intervals, grids, and
+cost versus the number of samples.
+
+Single-threaded CPU seconds (``time.process_time``). Writes ``benchmarks/results/wendy.json``
+and ``wendy.md``.
+
+    python benchmarks/wendy.py                       # every section (~10 min on one core)
+    python benchmarks/wendy.py --sections table
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run import run_sections  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+PROBLEMS = ("wendy_logistic", "wendy_lotka_volterra", "wendy_fitzhugh_nagumo",
+            "wendy_hindmarsh_rose", "wendy_protein_transduction")
+NOISES = (0.05, 0.10, 0.20)
+
+# anchors/wendy.md (c): best public median E2 (pyWENDy 2023 or HEAD, 1-3 seeds) and the
+# py2023 CPU seconds at the paper's N.
+BAR_E2 = {
+    "wendy_logistic": (0.006, 0.011, 0.025),
+    "wendy_lotka_volterra": (0.0017, 0.0034, 0.0062),
+    "wendy_fitzhugh_nagumo": (0.0034, 0.0085, 0.017),
+    "wendy_hindmarsh_rose": (0.022, 0.18, 0.62),
+    "wendy_protein_transduction": (0.018, 0.037, 0.086),
+}
+BAR_CPU = {"wendy_logistic": 0.41, "wendy_lotka_volterra": 2.0, "wendy_fitzhugh_nagumo": 2.0,
+           "wendy_hindmarsh_rose": 7.4, "wendy_protein_transduction": 7.9}
+
+
+def fit(problem, data, **params):
+    from sklode import WENDyODE
+
+    est = WENDyODE(problem.model, **params)
+    start = time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(data.t, data.Y)
+    return est, time.process_time() - start
+
+
+def forward_error(problem, data, theta):
+    """WENDy's E_FS: simulate from the true x0 with the estimate, relative Frobenius error."""
+    from sklode.integrate import simulate
+    from sklode.metrics import forward_simulation_error
+
+    try:
+        X = simulate(problem.model, theta, problem.x0, data.t, t0=problem.t0, rtol=1e-10,
+                     atol=1e-10)
+    except Exception:  # a blown-up forward simulation is reported as infinite error
+        return float("inf")
+    return forward_simulation_error(data.X, X)
+
+
+def section_table(seeds=5):
+    from sklode.datasets import make_trajectory
+    from sklode.metrics import relative_coefficient_error
+
+    out = {}
+    for name in PROBLEMS:
+        out[name] = {}
+        for k, noise in enumerate(NOISES):
+            rows = []
+            for seed in range(seeds):
+                data = make_trajectory(name, noise=noise, random_state=seed)
+                est, cpu = fit(data.problem, data)
+                rows.append({
+                    "E2": relative_coefficient_error(est.theta_, data.problem.theta),
+                    "E2_ols": relative_coefficient_error(est.theta_ols_, data.problem.theta),
+                    "E_FS": forward_error(data.problem, data, est.theta_),
+                    "cpu_s": cpu, "n_iter": est.n_iter_, "stop": est.stop_reason_,
+                    "K": est.n_test_functions_, "min_radius": est.radii_[0]})
+            med = {key: float(np.median([r[key] for r in rows]))
+                   for key in ("E2", "E2_ols", "E_FS", "cpu_s", "n_iter")}
+            med["bar_E2"] = BAR_E2[name][k]
+            out[name][str(noise)] = {"median": med, "runs": rows}
+            print(name, noise, {k2: round(v, 4) for k2, v in med.items()}, flush=True)
+    return out
+
+
+def section_coverage(seeds=100):
+    """Fraction of 95 % intervals that contain the truth, LV at 10 % noise."""
+    from sklode.datasets import make_trajectory
+
+    hits, total, widths = 0, 0, []
+    for seed in range(seeds):
+        data = make_trajectory("wendy_lotka_volterra", noise=0.10, random_state=1000 + seed)
+        est, _ = fit(data.problem, data)
+        lo, hi = est.confidence_intervals(0.95).T
+        hits += int(np.sum((lo <= data.problem.theta) & (data.problem.theta <= hi)))
+        total += data.problem.theta.size
+        widths.append((hi - lo).tolist())
+    out = {"coverage": hits / total, "n_intervals": total,
+           "median_width": np.median(widths, axis=0).tolist()}
+    print("coverage", out, flush=True)
+    return out
+
+
+def section_grids(seeds=5):
+    """Uniform vs sorted-random times (same N = 512) vs t in [10, 15], LV at 5 % noise."""
+    from sklode.datasets import get_problem, make_trajectory
+    from sklode.metrics import relative_coefficient_error
+
+    p0 = get_problem("wendy_lotka_volterra")
+    out = {}
+    for kind in ("uniform", "random", "shifted_t0_10"):
+        errs = []
+        for seed in range(seeds):
+            rng = np.random.default_rng(50 + seed)
+            if kind == "uniform":
+                p = dataclasses.replace(p0, t=np.linspace(0, 5, 512))
+            elif kind == "random":
+                p = dataclasses.replace(p0, t=np.r_[0, np.sort(rng.uniform(0, 5, 510)), 5])
+            else:
+                p = dataclasses.replace(p0, t=np.linspace(10, 15, 512), t0=10.0)
+            data = make_trajectory(p, noise=0.05, random_state=seed)
+            est, _ = fit(p, data)
+            errs.append(relative_coefficient_error(est.theta_, p.theta))
+        out[kind] = {"median_E2": float(np.median(errs)), "E2": errs}
+        print("grid", kind, out[kind]["median_E2"], flush=True)
+    return out
+
+
+def section_scaling():
+    """CPU seconds and peak traced memory against N (LV on [0, 5], 10 % noise)."""
+    from sklode.datasets import get_problem, make_trajectory
+    from sklode.metrics import relative_coefficient_error
+
+    p0 = get_problem("wendy_lotka_volterra")
+    out = {}
+    for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        p = dataclasses.replace(p0, t=np.linspace(0, 5, n))
+        data = make_trajectory(p, noise=0.10, random_state=1)
+        tracemalloc.start()
+        est, cpu = fit(p, data)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        out[str(n)] = {"cpu_s": cpu, "peak_MiB": peak, "K": est.n_test_functions_,
+                       "E2": relative_coefficient_error(est.theta_, p.theta)}
+        print("scaling", n, out[str(n)], flush=True)
+    ns = np.array([int(k) for k in out])
+    cpus = np.array([v["cpu_s"] for v in out.values()])
+    out["loglog_slope_cpu_vs_N"] = float(np.polyfit(np.log(ns), np.log(cpus), 1)[0])
+    return out
+
+
+SECTIONS = {"table": section_table, "coverage": section_coverage, "grids": section_grids,
+            "scaling": section_scaling}
+
+
+def to_markdown(results):
+    lines = ["# WENDyODE benchmark results", "",
+             "Single thread, CPU seconds. Noise: σ = σ_NR · RMS(clean data) (the paper's "
+             "convention), a standard deviation. Generated by `python benchmarks/wendy.py`.", ""]
+    if "table" in results:
+        lines += ["## The paper's five problems (median over 5 seeds)", "",
+                  "| problem | σ_NR | E2 | best public E2 | E2 OLS | E_FS | CPU s | "
+                  "pyWENDy-2023 CPU s | IRLS its |", "|---|---|---|---|---|---|---|---|---|"]
+        for name, res in results["table"].items():
+            for noise, r in res.items():
+                m = r["median"]
+                lines.append(f"| {name} | {noise} | {m['E2']:.4g} | {m['bar_E2']:.4g} | "
+                             f"{m['E2_ols']:.4g} | {m['E_FS']:.3g} | {m['cpu_s']:.3f} | "
+                             f"{BAR_CPU[name]} | {m['n_iter']:.0f} |")
+        lines.append("")
+    if "coverage" in results:
+        c = results["coverage"]
+        lines += [f"## Coverage\n\n95 % intervals contain the truth for "
+                  f"{100 * c['coverage']:.1f} % of {c['n_intervals']} parameter intervals "
+                  "(LV, 10 % noise, 100 seeds).", ""]
+    if "grids" in results:
+        lines += ["## Grids (LV, N = 512, 5 % noise, 5 seeds)", "", "| grid | median E2 |",
+                  "|---|---|"]
+        for kind, r in results["grids"].items():
+            lines.append(f"| {kind} | {r['median_E2']:.4g} |")
+        lines.append("")
+    if "scaling" in results:
+        lines += ["## Cost against N (LV, 10 % noise)", "",
+                  "| N | CPU s | peak traced MiB | K | E2 |", "|---|---|---|---|---|"]
+        for n, r in results["scaling"].items():
+            if n.isdigit():
+                lines.append(f"| {n} | {r['cpu_s']:.3f} | {r['peak_MiB']:.0f} | {r['K']} | "
+                             f"{r['E2']:.4g} |")
+        lines += [f"\nlog-log slope of CPU against N: "
+                  f"{results['scaling']['loglog_slope_cpu_vs_N']:.2f}", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    return run_sections("wendy", SECTIONS, to_markdown, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
