@@ -93,14 +93,23 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         return dx
 
     def blowup(t, x):
-        return limit - np.max(np.abs(x))
+        # Smooth in x (a max over components is not); non-finite states count as past it.
+        value = limit * limit - float(x @ x)
+        return value if np.isfinite(value) else -limit * limit
 
     blowup.terminal = True
     options = {}
     if INTEGRATORS[method]:
         options["jac"] = lambda t, x: model.jac_x(t, x, theta)
-    sol = solve_ivp(fun, t_span, x0, method=method, t_eval=t_eval, rtol=rtol, atol=atol,
-                    dense_output=dense_output, events=blowup, max_step=max_step, **options)
+    try:
+        sol = solve_ivp(fun, t_span, x0, method=method, t_eval=t_eval, rtol=rtol, atol=atol,
+                        dense_output=dense_output, events=blowup, max_step=max_step, **options)
+    except ValueError as exc:  # scipy could not locate the blow-up inside a step
+        raise IntegrationError(
+            f"The solution of {model!r} with theta={theta} blew up within one integrator "
+            f"step near t={last_t[0]:.6g} (started at t={t_span[0]:.6g}): {exc}. The "
+            "parameters are probably far from realistic values.", t_reached=last_t[0]
+        ) from exc
     t_reached = float(sol.t_events[0][0]) if sol.status == 1 else float(last_t[0])
     if sol.status == -1:
         stiff_hint = (
@@ -115,7 +124,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         )
     if sol.status == 1:
         raise IntegrationError(
-            f"The solution of {model!r} with theta={theta} blew up: |x| exceeded {limit:.3g} "
+            f"The solution of {model!r} with theta={theta} blew up: ||x|| exceeded {limit:.3g} "
             f"at t={t_reached:.6g} (started at t={t_span[0]:.6g}). The parameters are "
             "probably far from realistic values, or the model is unstable in this direction "
             "of time (backward integration of dissipative systems diverges).",

@@ -13,6 +13,7 @@ from scipy.stats import shapiro
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..exceptions import IntegrationError
 from ..integrate import simulate
 from ._base import ODEEstimatorBase, warn_not_converged
 from ._testfunctions import select_min_radius, test_function_matrices
@@ -378,9 +379,15 @@ class WENDyODE(ODEEstimatorBase):
             # rtol 1e-6 is far below the noise this averages.
             n_win = max(10, int(np.searchsorted(t, t[0] + 2 * res.radii[0])))
             tw, Yw = t[:n_win], Y[:n_win]
-            x0 = least_squares(
-                lambda z: (simulate(model, res.theta, z, tw, rtol=1e-6, atol=1e-9)
-                           - Yw).ravel(), x0, x_scale="jac", ftol=1e-6).x
+
+            def misfit(z):
+                try:
+                    return (simulate(model, res.theta, z, tw, rtol=1e-6, atol=1e-9)
+                            - Yw).ravel()
+                except IntegrationError:  # steer away from initial states that blow up
+                    return np.full(Yw.size, 1e10)
+
+            x0 = least_squares(misfit, x0, x_scale="jac", ftol=1e-6).x
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
