@@ -73,7 +73,7 @@ def section_table(seeds=3):
 
     out = {}
     for name in ("lotka_volterra", "fitzhugh_nagumo", "rossler", "lorenz96"):
-        rows = {"bcdprox": [], "bcdprox_lbfgs_paper": [], "least_squares": []}
+        rows = {"bcdprox": [], "bcdprox_lbfgs_paper": [], "least_squares_capped": []}
         for seed in range(seeds):
             data = make_trajectory(name, random_state=seed)
             p = data.problem
@@ -85,12 +85,19 @@ def section_table(seeds=3):
                 rows["bcdprox_lbfgs_paper"].append(fit_one(
                     p, data, solver="lbfgs", acceleration="none", stop="paper",
                     max_iter=4000))
+            if name in ("lorenz96", "rossler"):
+                # Lorenz-96: 41 unknowns by finite differences on a chaotic system (42 solves
+                # per Jacobian). Rossler: from the paper's guess (2, 2, 5) the first residual
+                # evaluation alone took 70 CPU s (the trajectory explodes stiffly).
+                continue
             start = time.process_time()
+            # Capped at 200 residual evaluations: from the paper's guess, single shooting on
+            # Rossler wanders through blown-up trajectories for many minutes otherwise.
             res = least_squares_fit(p.model, data.t, data.Y, p.theta_init, data.Y[0],
-                                    fun=NUMPY_RHS[name])
+                                    fun=NUMPY_RHS[name], max_nfev=200)
             cpu = time.process_time() - start
             X_hat = simulate(p.model, res.theta, res.x0, data.t)
-            rows["least_squares"].append({
+            rows["least_squares_capped"].append({
                 "cpu_s": cpu, "n_iter": res.nfev, "converged": res.success,
                 "param_error": parameter_error(res.theta, p.theta).tolist(),
                 "prediction_error": prediction_error(data.X, X_hat)})

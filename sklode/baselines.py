@@ -139,12 +139,21 @@ def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estima
             return model.f(s, x, np.asarray(theta))
 
     t_eval = t if t[0] > t0 else t[1:]
+    limit = 1e8 * max(1.0, float(np.max(np.abs(Y))))
+
+    def blowup(s, x, *theta):  # stop trajectories that explode instead of chasing them
+        return limit**2 - float(np.dot(x, x)) if np.all(np.isfinite(x)) else -1.0
+
+    blowup.terminal = True
 
     def residual(z):
         theta, x_init = unpack(z)
         with np.errstate(over="ignore", invalid="ignore"):  # failed trials are penalised below
-            sol = solve_ivp(fun, (t0, t[-1]), x_init, method=integrator, t_eval=t_eval,
-                            args=tuple(theta), rtol=rtol, atol=atol)
+            try:
+                sol = solve_ivp(fun, (t0, t[-1]), x_init, method=integrator, t_eval=t_eval,
+                                args=tuple(theta), rtol=rtol, atol=atol, events=blowup)
+            except ValueError:  # the blow-up could not be located inside one step
+                return np.full(Y.size, 1e10)
         if sol.status != 0 or not np.all(np.isfinite(sol.y)):
             return np.full(Y.size, 1e10)  # steer the optimiser away from failed regions
         X = sol.y.T if t[0] > t0 else np.vstack([x_init, sol.y.T])
