@@ -276,8 +276,8 @@ class WENDyODE(ODEEstimatorBase):
     x0 : {"fit", "smooth"}, default="fit"
         How ``x0_`` (the state at the first time, for ``predict``) is obtained; WENDy itself
         does not estimate it. ``"fit"``: least squares of the simulated trajectory against
-        the data over ``x0`` with theta fixed, on a window of two smallest test-function
-        radii (a few short forward solves). ``"smooth"``: a local quadratic fit of the data
+        the data over ``x0`` with theta fixed, on a window of four smallest test-function
+        radii (at most 15 % of the series; a few short forward solves). ``"smooth"``: a local quadratic fit of the data
         near ``t0`` (no solve; noisier).
     verbose : int, default=0
 
@@ -374,10 +374,11 @@ class WENDyODE(ODEEstimatorBase):
                           n_scales=self.n_scales, bounds=bounds, verbose=self.verbose)
         x0 = _smoothed_x0(t, Y, res.radii[0])
         if self.x0 == "fit":
-            # Shooting on a short window (two smallest radii, at least 10 samples): a few
-            # cheap solves, and no sensitivity to chaotic divergence later in the series.
-            # rtol 1e-6 is far below the noise this averages.
-            n_win = max(10, int(np.searchsorted(t, t[0] + 2 * res.radii[0])))
+            # Shooting on a short window (four smallest radii, at most 15 % of the series,
+            # at least 10 samples): a few cheap solves, and no sensitivity to chaotic
+            # divergence later in the series. rtol 1e-6 is far below the noise it averages.
+            window = min(4 * res.radii[0], 0.15 * (t[-1] - t[0]))
+            n_win = max(10, int(np.searchsorted(t, t[0] + window)))
             tw, Yw = t[:n_win], Y[:n_win]
 
             def misfit(z):
