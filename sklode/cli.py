@@ -26,8 +26,9 @@ def _row(name, theta, truth, cpu, pred_err, note=""):
     return f"{name:<22} {values}   {err:9.4f} {pred_err:10.4f} {cpu:8.3f}  {note}"
 
 
-def demo(problem_name="lotka_volterra", noise=None, seed=0, out=sys.stdout):
+def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
     """Fit one noisy trajectory with every estimator; print a table. Returns the rows."""
+    out = sys.stdout if out is None else out
     problem = get_problem(problem_name)
     data = make_trajectory(problem_name, noise=noise, random_state=seed)
     truth = problem.theta
