@@ -17,6 +17,7 @@ import numpy as np
 from .baselines import NUMPY_RHS, least_squares_fit
 from .datasets import get_problem, list_problems, make_trajectory
 from .estimators import available_estimators
+from .integrate import simulate
 from .metrics import prediction_error
 
 
@@ -63,8 +64,6 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
     base = least_squares_fit(problem.model, data.t, data.Y, theta0, data.Y[0], fun=NUMPY_RHS.get(problem_name),
                              t0=problem.t0, observed=problem.observed)
     cpu = time.process_time() - start
-    from .integrate import simulate
-
     X_base = simulate(problem.model, base.theta, base.x0, data.t, t0=problem.t0)
     rows.append(("least_squares", base.theta, cpu))
     print(_row("scipy least_squares", base.theta, truth, cpu, prediction_error(data.X, X_base),

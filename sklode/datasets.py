@@ -227,11 +227,14 @@ def get_problem(name):
     return Problem(**copy)
 
 
+def _simulate_clean(p):
+    return simulate(p.model, p.theta, p.x0, p.t, t0=p.t0, integrator="DOP853",
+                    rtol=_CLEAN_RTOL, atol=_CLEAN_ATOL * max(1.0, float(np.max(np.abs(p.x0)))))
+
+
 @functools.lru_cache(maxsize=None)
 def _clean_states(name):
-    p = _cached_problem(name)
-    X = simulate(p.model, p.theta, p.x0, p.t, t0=p.t0, integrator="DOP853",
-                 rtol=_CLEAN_RTOL, atol=_CLEAN_ATOL * max(1.0, float(np.max(np.abs(p.x0)))))
+    X = _simulate_clean(_cached_problem(name))
     X.setflags(write=False)
     return X
 
@@ -265,8 +268,7 @@ def make_trajectory(problem, *, noise=None, noise_kind=None, distribution="gauss
         X = _clean_states(problem).copy()
     elif isinstance(problem, Problem):
         p = problem
-        X = simulate(p.model, p.theta, p.x0, p.t, t0=p.t0, integrator="DOP853",
-                     rtol=_CLEAN_RTOL, atol=_CLEAN_ATOL * max(1.0, float(np.max(np.abs(p.x0)))))
+        X = _simulate_clean(p)
     else:
         raise TypeError(f"problem must be a name or a Problem, got {type(problem).__name__}.")
     noise = p.noise if noise is None else float(noise)

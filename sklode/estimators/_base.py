@@ -27,7 +27,7 @@ from ..exceptions import ConvergenceWarning
 from ..integrate import simulate
 from ..models import check_model
 
-__all__ = ["ODEEstimatorBase", "warn_not_converged"]
+__all__ = ["ODEEstimatorBase", "warn_not_converged", "is_linear_on_data"]
 
 logger = logging.getLogger("sklode")
 
@@ -134,6 +134,12 @@ class ODEEstimatorBase(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         return simulate(self.model, self.theta_, self.x0_, check_times(t), t0=self.t0_,
                         **self._simulation_options())
+
+
+def is_linear_on_data(model, t, Y):
+    """Whether ``model`` is affine in theta, probed at random points and at the first
+    samples of the data (once per fit; decides between linear and nonlinear solver paths)."""
+    return model.is_linear_in_theta() and model.is_linear_in_theta(t[:16], Y[:16])
 
 
 def warn_not_converged(estimator, n_iter, reason, advice):

@@ -45,6 +45,14 @@ def trapezoid_weights(t):
     return w
 
 
+def _bump(s, radius, eta):
+    """Bump values and time-derivatives at scaled positions ``s = (t - c) / radius``."""
+    inside = np.maximum(1.0 - s * s, 1e-300)  # a node rounded onto the edge: psi = 0 there
+    val = np.exp(-eta / inside)
+    dval = np.where(val > 0, val * (-2.0 * eta * s / inside**2), 0.0) / radius
+    return val, dval
+
+
 def bump_rows(t, centres, radius, eta=ETA):
     """Sparse bump values and time-derivatives at the grid, one row per centre.
 
@@ -61,10 +69,7 @@ def bump_rows(t, centres, radius, eta=ETA):
     rows = np.repeat(np.arange(centres.size), counts)
     cols = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if rows.size else \
         np.zeros(0, dtype=int)
-    s = (t[cols] - centres[rows]) / radius
-    inside = np.maximum(1.0 - s * s, 1e-300)  # a node rounded onto the edge: psi = 0 there
-    val = np.exp(-eta / inside)
-    dval = np.where(val > 0, val * (-2.0 * eta * s / inside**2), 0.0) / radius
+    val, dval = _bump((t[cols] - centres[rows]) / radius, radius, eta)
     norms = np.sqrt(np.bincount(rows, weights=val * val, minlength=centres.size))
     norms[norms == 0] = 1.0
     shape = (centres.size, t.size)
@@ -72,7 +77,8 @@ def bump_rows(t, centres, radius, eta=ETA):
             sp.csr_matrix((dval / norms[rows], (rows, cols)), shape=shape))
 
 
-def _is_uniform(t):
+def is_uniform(t):
+    """Whether the grid steps are equal to 1e-9 relative."""
     h = np.diff(t)
     return bool(np.allclose(h, h[0], rtol=1e-9))
 
@@ -108,10 +114,7 @@ def product_rows(t, centres, radius, eta=ETA):
     nodes, weights = np.polynomial.legendre.leggauss(_PRODUCT_NODES)
     x = 0.5 * (a_int + b_int)[:, None] + 0.5 * (b_int - a_int)[:, None] * nodes[None, :]
     qw = 0.5 * (b_int - a_int)[:, None] * weights[None, :]
-    s = (x - centres[rows, None]) / radius
-    inside = np.maximum(1.0 - s * s, 1e-300)
-    val = np.exp(-eta / inside)
-    dval = np.where(val > 0, val * (-2.0 * eta * s / inside**2), 0.0) / radius
+    val, dval = _bump((x - centres[rows, None]) / radius, radius, eta)
     h = (t[left + 1] - t[left])[:, None]
     hat_right = (x - t[left, None]) / h
     hat_left = 1.0 - hat_right
@@ -191,7 +194,7 @@ def select_min_radius(t, U, max_radius_steps=None):
     return float(candidates[k] * dt)
 
 
-def test_function_matrices(t, min_radius, n_scales=4, centres_per_scale=None,
+def test_function_matrices(t, min_radius, n_scales=4, centres_per_scale=_CENTRES_PER_SCALE,
                            max_condition=_MAX_CONDITION):
     """Orthonormal test-function matrices ``Phi`` and ``Phidot`` for radii ``2^l min_radius``.
 
@@ -208,14 +211,14 @@ def test_function_matrices(t, min_radius, n_scales=4, centres_per_scale=None,
     """
     t = np.asarray(t, dtype=np.float64)
     span = t[-1] - t[0]
-    uniform = _is_uniform(t)
-    w = trapezoid_weights(t)
+    uniform = is_uniform(t)
+    w = trapezoid_weights(t) if uniform else None
     radii = [r for r in (min_radius * 2.0**k for k in range(n_scales)) if r < span / 2]
     if not radii:
         radii = [span / 2.0 * 0.999]
     psis, dpsis = [], []
     for radius in radii:
-        centres = _centres(t, radius, centres_per_scale or _CENTRES_PER_SCALE)
+        centres = _centres(t, radius, centres_per_scale)
         if uniform:  # trapezoid: spectrally accurate for compact smooth integrands
             psi, dpsi = bump_rows(t, centres, radius)
             psi, dpsi = psi @ sp.diags(w), dpsi @ sp.diags(w)

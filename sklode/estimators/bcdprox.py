@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..multistep import ab_integrate
 from . import _fidelity as fid
-from ._base import ODEEstimatorBase, warn_not_converged
+from ._base import ODEEstimatorBase, is_linear_on_data, warn_not_converged
 
 __all__ = ["BCDProxODE"]
 
@@ -41,7 +41,6 @@ class BCDProxResult:
     n_iter: int
     converged: bool
     message: str
-    step_history: list = field(default_factory=list)
 
 
 def _theta_step(model, grid, X, theta, linear, first):
@@ -122,8 +121,7 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, solver="gauss-newto
     BCDProxResult
     """
     grid = fid.Grid.build(t, order)
-    # Linearity is probed at random points and at the data (once per fit).
-    linear = model.is_linear_in_theta() and model.is_linear_in_theta(t[:16], Y[:16])
+    linear = is_linear_on_data(model, t, Y)
     X = np.array(Y, dtype=np.float64)
     theta = np.array(theta0, dtype=np.float64)
     use_lbfgs = solver == "lbfgs"
@@ -140,12 +138,11 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, solver="gauss-newto
             X_new, E_new = fid.x_step(model, grid, X_anchor, th, lam, max_inner=inner)
         return th, X_new, E_new
 
-    history, steps = [], []
+    history = []
     G_hist, F_hist = [], []  # Anderson: images G(x_k) and residuals G(x_k) - x_k
     converged, message = False, f"max_iter={max_iter} reached"
     E_prev = np.inf
     n_iter = 0
-    scale_X = max(np.linalg.norm(X), 1e-300)
     for n_iter in range(1, max_iter + 1):
         theta_new, X_image, E_new = outer_map(X, theta, n_iter == 1)
         if not (np.isfinite(E_new) and np.all(np.isfinite(X_image))
@@ -160,7 +157,6 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, solver="gauss-newto
         rel_step = float(np.linalg.norm(residual_fp) / max(np.linalg.norm(X_image), 1e-300))
         rel_theta = float(np.linalg.norm(theta_new - theta)
                           / max(np.linalg.norm(theta_new), 1e-300))
-        steps.append(rel_step)
         if verbose and (n_iter % max(1, 100 // verbose) == 0 or n_iter == 1):
             logger.info("BCD-prox iter %d: E = %.6g, |dX|/|X| = %.3g, theta = %s",
                         n_iter, E_new, rel_step, np.array2string(theta_new, precision=5))
@@ -176,18 +172,17 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, solver="gauss-newto
             converged, message = True, "converged"
             break
         if acceleration == "anderson":
-            X = _anderson_update(X, X_image, residual_fp, G_hist, F_hist, anderson_memory,
-                                 scale_X)
+            X = _anderson_update(X, X_image, residual_fp, G_hist, F_hist, anderson_memory)
         else:
             X = X_image
     else:
         X = X_image
     # The returned states are a true image of the map (not an extrapolation), with their θ.
     return BCDProxResult(theta=theta, states=X, fidelity_history=history, n_iter=n_iter,
-                         converged=converged, message=message, step_history=steps)
+                         converged=converged, message=message)
 
 
-def _anderson_update(X, X_image, residual_fp, G_hist, F_hist, memory, scale):
+def _anderson_update(X, X_image, residual_fp, G_hist, F_hist, memory):
     """Anderson (type II) extrapolation of the fixed-point map ``X -> X_image``.
 
     Keeps the last ``memory`` differences of images and residuals, mixes them with the

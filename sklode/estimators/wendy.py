@@ -15,8 +15,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..exceptions import IntegrationError
 from ..integrate import simulate
-from ._base import ODEEstimatorBase, warn_not_converged
-from ._testfunctions import select_min_radius, test_function_matrices
+from ._base import ODEEstimatorBase, is_linear_on_data, warn_not_converged
+from ._testfunctions import is_uniform, select_min_radius, test_function_matrices
 
 __all__ = ["WENDyODE", "estimate_noise"]
 
@@ -69,8 +69,7 @@ def estimate_noise(t, U):
     n = t.size
     width = min(_NOISE_STENCIL, n - (n + 1) % 2)  # odd, at most n
     idx = np.arange(n - width + 1)[:, None] + np.arange(width)[None, :]
-    steps = np.diff(t)
-    if np.allclose(steps, steps[0], rtol=1e-9):
+    if is_uniform(t):
         weights = _fd_weights(np.arange(width, dtype=np.float64), min(_NOISE_DERIVATIVE,
                                                                       width - 1))
         weights = np.broadcast_to(weights / np.linalg.norm(weights), idx.shape)
@@ -363,7 +362,7 @@ class WENDyODE(ODEEstimatorBase):
         observed = tuple(range(getattr(model, "n_states", 0)))
         t, Y, meta = self._validate_training_data(t, Y, observed)
         theta0 = self._initial_theta()
-        linear = model.is_linear_in_theta() and model.is_linear_in_theta(t[:16], Y[:16])
+        linear = is_linear_on_data(model, t, Y)
         bounds = None
         if self.bounds is not None:
             bounds = (np.broadcast_to(np.asarray(self.bounds[0], float), theta0.shape),
