@@ -93,8 +93,8 @@ class LeastSquaresResult:
 
 
 def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estimate_x0=True,
-                      weights=None, fun=None, integrator="LSODA", rtol=1e-8, atol=1e-10,
-                      max_nfev=None):
+                      weights=None, extra=None, fun=None, integrator="LSODA", rtol=1e-8,
+                      atol=1e-10, max_nfev=None):
     """Fit ``theta`` (and ``x0``) by simulating and minimising the squared misfit.
 
     Parameters
@@ -112,6 +112,9 @@ def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estima
     estimate_x0 : bool, default=True
     weights : ndarray like Y, optional
         Residuals are divided by these (standard deviations).
+    extra : callable, optional
+        ``extra(x0) -> ndarray``: residuals appended to the data misfit (e.g. a prior on x0
+        or a conservation penalty), so that the cost matches an AdjointODE cost exactly.
     fun : callable, optional
         Numpy vector field ``fun(t, x, *theta)`` (e.g. from :data:`NUMPY_RHS`); default: the
         model's own (torch-backed) :meth:`~sklode.ODEModel.f`.
@@ -153,12 +156,14 @@ def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estima
                 sol = solve_ivp(fun, (t0, t[-1]), x_init, method=integrator, t_eval=t_eval,
                                 args=tuple(theta), rtol=rtol, atol=atol, events=blowup)
             except ValueError:  # the blow-up could not be located inside one step
-                return np.full(Y.size, 1e10)
+                return np.full(n_res, 1e10)
         if sol.status != 0 or not np.all(np.isfinite(sol.y)):
-            return np.full(Y.size, 1e10)  # steer the optimiser away from failed regions
+            return np.full(n_res, 1e10)  # steer the optimiser away from failed regions
         X = sol.y.T if t[0] > t0 else np.vstack([x_init, sol.y.T])
-        return ((X[:, observed] - Y) / w).ravel()
+        r = ((X[:, observed] - Y) / w).ravel()
+        return r if extra is None else np.concatenate([r, np.ravel(extra(x_init))])
 
+    n_res = Y.size + (0 if extra is None else np.size(extra(x0)))
     z0 = np.concatenate([theta0, x0]) if estimate_x0 else theta0
     sol = least_squares(residual, z0, x_scale="jac", max_nfev=max_nfev)
     theta, x_init = unpack(sol.x)

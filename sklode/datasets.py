@@ -46,8 +46,8 @@ from .models import (
     Rossler,
 )
 
-__all__ = ["Problem", "Trajectory", "get_problem", "list_problems", "make_trajectory",
-           "NOISE_KINDS"]
+__all__ = ["Problem", "Trajectory", "adjoint_settings", "get_problem", "list_problems",
+           "make_trajectory", "NOISE_KINDS"]
 
 NOISE_KINDS = ("absolute", "relative_rms", "proportional")
 
@@ -80,6 +80,8 @@ class Problem:
     noise_kind : {"absolute", "relative_rms", "proportional"}
     theta_init : ndarray or None
         The paper's initial guess, when it fixes one.
+    x0_init : ndarray or None
+        The paper's initial guess of the initial state, when it estimates it.
     source : str
         Where the definition comes from.
     """
@@ -94,6 +96,7 @@ class Problem:
     noise: float
     noise_kind: str
     theta_init: np.ndarray | None = None
+    x0_init: np.ndarray | None = None
     source: str = ""
 
     def clean_states(self):
@@ -143,6 +146,25 @@ def _lorenz96_x0(n_states=40):
     return X[-1]
 
 
+# Seed 002's Examples 2-4 (anchors/adjoint.md, table of configurations): observation times,
+# noise (proportional std), observed states, the seed's x0 guess (None: x0 known).
+_SEIRD_EXAMPLES = {
+    "seird": (np.arange(41.0, 54.0), 0.10, (2, 3, 4), None,
+              "seed 002, Example 2 (Table 1): x0 known, I, R, D at t = 41..53"),
+    "seird_e3": (np.arange(41.0, 56.0, 2.0), 0.10, (2, 3, 4),
+                 _arr(91503, 4978, 1872, 1643, 132),
+                 "seed 002, Example 3 (Table 2): x0 estimated, I, R, D at t = 41, 43, ..., 55"),
+    "seird_e4a": (np.arange(41.0, 51.0), 0.05, (2, 3, 4), _arr(91645, 4782, 1844, 1605, 124),
+                  "seed 002, Example 4 (Table 3, 5 %): x0 estimated, t = 41..50"),
+    "seird_e4b": (np.arange(42.0, 57.0, 2.0), 0.15, (2, 3, 4),
+                  _arr(90474, 5782, 1628, 987, 129),
+                  "seed 002, Example 4 (Table 3, 15 %): x0 estimated, t = 42, 44, ..., 56"),
+    "seird_e4c": (np.arange(42.0, 57.0, 2.0), 0.15, (1, 2, 3, 4),
+                  _arr(90474, 5782, 1628, 987, 129),
+                  "seed 002, Table 4: as seird_e4b with E also observed"),
+}
+
+
 def _build(name):
     if name == "lotka_volterra":
         return Problem(name, LotkaVolterra(), _arr(2, 1, 4, 1), _arr(5, 3),
@@ -160,12 +182,12 @@ def _build(name):
         return Problem(name, Lorenz96(40), _arr(8.0), _lorenz96_x0(40),
                        np.linspace(0.0, 2.0, 201), 0.0, tuple(range(40)), 0.5, "absolute",
                        theta_init=_arr(1000.0), source="seed 000, eq. 19 (d=40, burn-in x0)")
-    if name == "seird":
+    if name == "seird" or name in _SEIRD_EXAMPLES:
+        times, noise, observed, x0_init, source = _SEIRD_EXAMPLES[name]
         return Problem(name, SEIRD(1e5), _arr(1.0, 1 / 7, 1 / 5, 1 / 70),
-                       _arr(91647, 4853, 1755, 1620, 125), np.arange(41.0, 54.0), 40.0,
-                       (2, 3, 4), 0.10, "proportional",
-                       theta_init=_arr(1.4, 0.09, 0.2, 0.001),
-                       source="seed 002, Example 2 (observations at t = 41..53; x0 at t = 40)")
+                       _arr(91647, 4853, 1755, 1620, 125), times, 40.0, observed, noise,
+                       "proportional", theta_init=_arr(1.4, 0.09, 0.2, 0.001),
+                       x0_init=x0_init, source=source)
     if name == "wendy_logistic":
         return Problem(name, LogisticGrowth(), _arr(1, -1), _arr(0.01),
                        np.linspace(0.0, 10.0, 512), 0.0, (0,), 0.10, "relative_rms",
@@ -199,6 +221,10 @@ _NAMES = (
     "rossler",
     "lorenz96",
     "seird",
+    "seird_e3",
+    "seird_e4a",
+    "seird_e4b",
+    "seird_e4c",
     "wendy_logistic",
     "wendy_lotka_volterra",
     "wendy_fitzhugh_nagumo",
@@ -215,6 +241,43 @@ def list_problems():
 @functools.lru_cache(maxsize=None)
 def _cached_problem(name):
     return _build(name)
+
+
+def adjoint_settings(problem):
+    """Keyword arguments for :class:`~sklode.AdjointODE` that pose ``problem`` as its paper does.
+
+    For the SEIRD examples this fills the seed's unstated quantities as ``anchors/adjoint.md``
+    does: weights ``noise * |y_i|``; when x0 is estimated, the prior
+    ``s0 = round((N / N_hat) x0_init)`` with ``sigma0 = noise * s0`` and the penalty
+    ``k = 1e-4`` on ``S + E + I + R + D = N``. Other problems: the paper's initial guesses,
+    ``t0`` and observed states, x0 started from the first observation.
+
+    Parameters
+    ----------
+    problem : str or Problem
+
+    Returns
+    -------
+    dict
+    """
+    p = get_problem(problem) if isinstance(problem, str) else problem
+    settings = {"theta0": None if p.theta_init is None else p.theta_init.copy(),
+                "t0": float(p.t0), "observed": tuple(p.observed)}
+    if p.noise_kind == "proportional":
+        settings.update(sigma=p.noise, sigma_kind="relative")
+    if isinstance(p.model, SEIRD):
+        if p.x0_init is None:
+            settings.update(x0=p.x0.copy(), estimate_x0=False)
+        else:
+            N = float(p.model.N)
+            s0 = np.round(N / p.x0_init.sum() * p.x0_init)
+            settings.update(x0=p.x0_init.copy(), x0_prior=s0, x0_prior_sigma=p.noise * s0,
+                            invariant=(np.ones(p.model.n_states), N), invariant_weight=1e-4)
+    elif p.x0_init is not None:
+        settings["x0"] = p.x0_init.copy()
+    elif len(p.observed) < p.model.n_states:
+        settings["x0"] = p.x0.copy()  # unobserved states need a start: the true one
+    return settings
 
 
 def get_problem(name):

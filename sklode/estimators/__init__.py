@@ -1,10 +1,11 @@
 """The sklode estimators (each in its own module) and their shared base."""
 
 from ._base import ODEEstimatorBase, warn_not_converged
+from .adjoint import AdjointODE
 from .bcdprox import BCDProxODE
 from .wendy import WENDyODE
 
-__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "BCDProxODE", "WENDyODE"]
+__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "AdjointODE", "BCDProxODE", "WENDyODE"]
 
 
 def available_estimators():
