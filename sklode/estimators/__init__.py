@@ -17,4 +17,5 @@ def available_estimators():
     return {
         "bcdprox": lambda model, theta0: BCDProxODE(model, theta0=theta0),
         "wendy": lambda model, theta0: WENDyODE(model, theta0=theta0),
+        "adjoint": lambda model, theta0: AdjointODE(model, theta0=theta0),
     }

@@ -129,6 +129,20 @@ class ODEEstimatorBase(RegressorMixin, BaseEstimator):
         Y = X[:, list(self.observed_)]
         return Y[:, 0] if self._y_ndim == 1 else Y
 
+    def confidence_intervals(self, level=0.95):
+        """Normal-approximation confidence intervals for ``theta_``, shape (n_params, 2).
+
+        Available for estimators that set ``theta_stderr_`` (WENDyODE, AdjointODE).
+        """
+        from scipy.stats import norm
+
+        check_is_fitted(self)
+        if not hasattr(self, "theta_stderr_"):
+            raise AttributeError(f"{type(self).__name__} does not estimate standard errors.")
+        z = norm.ppf(0.5 + level / 2.0)
+        return np.column_stack([self.theta_ - z * self.theta_stderr_,
+                                self.theta_ + z * self.theta_stderr_])
+
     def simulate(self, t):
         """All states (observed or not) at times ``t``, shape ``(n_samples, n_states)``."""
         check_is_fitted(self)

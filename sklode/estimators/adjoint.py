@@ -311,7 +311,9 @@ class AdjointODE(ODEEstimatorBase):
     ...                  observed=prob.observed, estimate_x0=False, sigma=0.05,
     ...                  sigma_kind="relative").fit(data.t, data.Y)
     >>> est.theta_.round(2), est.converged_
-    (array([1.12, 0.15, 0.2 , 0.01]), True)
+    (array([0.86, 0.16, 0.2 , 0.01]), True)
+    >>> est.theta_stderr_.round(3)
+    array([0.062, 0.01 , 0.005, 0.   ])
     """
 
     _parameter_constraints = {

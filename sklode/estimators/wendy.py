@@ -405,11 +405,3 @@ class WENDyODE(ODEEstimatorBase):
             n_iter_=res.n_iter, converged_=res.converged, stop_reason_=res.stop_reason,
             n_test_functions_=res.n_test_functions, radii_=list(res.radii),
             observed_=observed, **meta)
-
-    def confidence_intervals(self, level=0.95):
-        """Normal-approximation confidence intervals for ``theta_``, shape (n_params, 2)."""
-        from scipy.stats import norm
-
-        z = norm.ppf(0.5 + level / 2.0)
-        return np.column_stack([self.theta_ - z * self.theta_stderr_,
-                                self.theta_ + z * self.theta_stderr_])

@@ -1,0 +1,276 @@
+"""AdjointODE: gradients against finite differences, the seed's SEIRD examples against scipy's
+least_squares optimum, every optimiser, bounds/positivity, stiff and nonlinear models, and
+the errors a user gets for bad input."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from numpy.testing import assert_allclose
+
+from sklode import AdjointODE, IntegrationError, ODEModel
+from sklode.baselines import NUMPY_RHS, least_squares_fit
+from sklode.datasets import adjoint_settings, get_problem, make_trajectory
+from sklode.estimators.adjoint import LeastSquaresObjective
+from sklode.exceptions import ConvergenceWarning
+from sklode.models import FitzHughNagumo, Lorenz96
+
+
+class Robertson(ODEModel):
+    """Robertson's stiff chemical kinetics (rate constants spanning 9 orders of magnitude)."""
+
+    state_names = ("A", "B", "C")
+    param_names = ("k1", "k2", "k3")
+    default_theta = (0.04, 3e7, 1e4)
+
+    def rhs(self, t, x, theta):
+        a, b, c = x[..., 0], x[..., 1], x[..., 2]
+        k1, k2, k3 = theta
+        return torch.stack([-k1 * a + k3 * b * c, k1 * a - k3 * b * c - k2 * b**2, k2 * b**2],
+                           dim=-1)
+
+
+def _objective(problem, Y, **overrides):
+    kw = adjoint_settings(problem)
+    kw.update(overrides)
+    est = AdjointODE(problem.model, **kw)
+    sigma = est._sigma(Y)
+    prior, invariant = est._extra_terms(problem.model.n_states)
+    return LeastSquaresObjective(
+        problem.model, problem.t0, problem.t, Y, sigma, problem.observed, kw["x0"],
+        kw["theta0"], estimate_x0=kw.get("estimate_x0", True), prior=prior,
+        invariant=invariant, positive=False, integrator="LSODA", rtol=1e-11, atol=1e-9)
+
+
+def _central_differences(cost, u, rel_step=1e-5):
+    g = np.empty_like(u)
+    for k in range(u.size):
+        h = rel_step * max(1.0, abs(u[k]))
+        e = np.zeros_like(u)
+        e[k] = h
+        g[k] = (cost(u + e) - cost(u - e)) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("name", ["seird", "seird_e3"], ids=["x0-known", "x0-prior-penalty"])
+def test_seird_gradients_match_finite_differences(name):
+    problem = get_problem(name)
+    Y = make_trajectory(name, random_state=0).Y
+    obj = _objective(problem, Y)
+    u = obj.to_u(np.concatenate([obj.x0_fixed[: obj.n_x0], problem.theta_init])) * 1.02
+    fd = _central_differences(obj.cost, u)
+    _, g_adj = obj.value_and_grad(u, "adjoint")
+    _, g_fwd = obj.value_and_grad(u, "forward")
+    # Solves at rtol 1e-11 make central differences (step 1e-5, error ~h^2 + rtol/h) good to
+    # ~1e-7 relative; the issue's bar is 1e-6 relative.
+    assert_allclose(g_adj, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+    assert_allclose(g_fwd, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+    # Gauss collocation is symplectic: the adjoint is the exact transpose of the
+    # sensitivity pass, so the two agree to round-off.
+    assert_allclose(g_adj, g_fwd, rtol=1e-10, atol=1e-12 * np.max(np.abs(fd)))
+
+
+def test_lorenz96_gradients_with_partial_observation_match_finite_differences():
+    d = 10
+    model = Lorenz96(d, per_component_forcing=True)
+    rng = np.random.default_rng(0)
+    theta = 8.0 + 0.5 * np.sin(2 * np.pi * np.arange(d) / d)
+    x0 = theta + rng.standard_normal(d)
+    t = np.linspace(0.1, 1.0, 10)
+    observed = tuple(range(0, d, 2))  # half the states
+    from sklode import simulate
+    Y = simulate(model, theta, x0, t, t0=0.0)[:, observed] + 0.1 * rng.standard_normal((10, 5))
+    obj = LeastSquaresObjective(model, 0.0, t, Y, np.full(Y.shape, 0.1), observed, x0 + 0.1,
+                                theta * 1.05, estimate_x0=True, prior=None, invariant=None,
+                                positive=False, integrator="DOP853", rtol=1e-11, atol=1e-12)
+    u = obj.to_u(np.concatenate([x0 + 0.1, theta * 1.05]))
+    fd = _central_differences(obj.cost, u)
+    _, g_adj = obj.value_and_grad(u, "adjoint")
+    _, g_fwd = obj.value_and_grad(u, "forward")
+    # As for SEIRD: the FD reference is good to ~1e-7 of the gradient's scale.
+    scale = np.max(np.abs(fd))
+    assert_allclose(g_adj, fd, rtol=1e-6, atol=1e-6 * scale)
+    assert_allclose(g_fwd, fd, rtol=1e-6, atol=1e-6 * scale)
+
+
+def _baseline(problem, Y):
+    """scipy least_squares (FD Jacobian, numpy vector field) on exactly the same cost."""
+    kw = adjoint_settings(problem)
+    extra = None
+    if kw.get("x0_prior") is not None:
+        s0, s0_sigma = kw["x0_prior"], kw["x0_prior_sigma"]
+
+        def extra(x):
+            return np.r_[(x - s0) / s0_sigma, np.sqrt(1e-4) * (x.sum() - 1e5)]
+
+    return least_squares_fit(problem.model, problem.t, Y, problem.theta_init, kw["x0"],
+                             t0=problem.t0, observed=problem.observed,
+                             estimate_x0=kw.get("estimate_x0", True),
+                             weights=problem.noise * np.abs(Y), extra=extra,
+                             fun=NUMPY_RHS["seird"])
+
+
+@pytest.mark.parametrize("name", ["seird", "seird_e3", "seird_e4c"])
+@pytest.mark.parametrize("optimizer", ["trf", "bfgs"])
+def test_seird_examples_reach_the_least_squares_optimum(name, optimizer):
+    problem = get_problem(name)
+    for seed in (0, 1):
+        Y = make_trajectory(name, random_state=seed).Y
+        est = AdjointODE(problem.model, optimizer=optimizer, **adjoint_settings(problem))
+        est.fit(problem.t, Y)
+        ref = _baseline(problem, Y)
+        assert est.converged_
+        # The issue's bar: the same optimum as scipy within 1e-6 relative cost.
+        assert est.loss_history_[-1] <= ref.cost * (1 + 1e-6)
+        # Same optimum, same parameters: errors against the truth are then data-limited
+        # (their across-seed distribution is in benchmarks/results/adjoint.md). 1e-3 because
+        # the alpha-beta ridge is flat: 1e-6 in cost allows ~1e-3 along it.
+        assert_allclose(est.theta_, ref.theta, rtol=1e-3)
+        # The anchors' bar on cost: at most 85 ODE solves per fit (forward solves and
+        # derivative passes both counted) for the default optimiser. BFGS at tol=1e-8 spends
+        # extra line-search solves near the cost's precision floor (measured 62-202 solves
+        # over 20 fits, benchmarks/results/adjoint.md); 250 catches a regression there.
+        assert est.n_solves_ <= (85 if optimizer == "trf" else 250)
+        assert len(est.loss_history_) == len(est.grad_norm_history_) >= est.n_iter_
+
+
+@pytest.mark.parametrize("optimizer", ["lm", "l-bfgs-b", "cg-fr", "cg-pr", "cg-hs", "cg-dy"])
+def test_every_optimizer_converges_on_example_2(optimizer):
+    problem = get_problem("seird")
+    Y = make_trajectory("seird", random_state=0).Y
+    est = AdjointODE(problem.model, optimizer=optimizer, **adjoint_settings(problem))
+    est.fit(problem.t, Y)
+    assert est.converged_
+    ref = _baseline(problem, Y)
+    # CG stops when the cost stalls at 1e-10 relative or the gradient fell 1e-5: the cost
+    # is then within 1e-8 of the optimum (measured ~1e-10); 1e-6 is the issue's bar.
+    assert est.loss_history_[-1] <= ref.cost * (1 + 1e-6)
+
+
+def test_covariance_intervals_cover_the_truth():
+    """Weights are the true noise level, so the Gauss–Newton intervals should be honest."""
+    problem = get_problem("seird_e4c")
+    covered = total = 0
+    for seed in range(8):
+        Y = make_trajectory("seird_e4c", random_state=seed).Y
+        est = AdjointODE(problem.model, **adjoint_settings(problem)).fit(problem.t, Y)
+        covered += np.sum(np.abs(est.theta_ - problem.theta) <= 1.96 * est.theta_stderr_)
+        total += problem.theta.size
+    # 32 intervals at 95 %: P(covered <= 25) < 0.1 % for an honest covariance; a covariance
+    # off by a factor 2 in standard deviation would cover ~68 % (22 intervals).
+    assert covered >= 26
+
+
+def test_positive_parameters_and_bounds_are_honoured():
+    problem = get_problem("seird")
+    Y = make_trajectory("seird", random_state=3).Y
+    kw = adjoint_settings(problem)
+    free = AdjointODE(problem.model, **kw).fit(problem.t, Y)
+    positive = AdjointODE(problem.model, positive=True, **kw).fit(problem.t, Y)
+    # Same optimum (it is interior): log-parameters only change the path.
+    assert_allclose(positive.theta_, free.theta_, rtol=1e-5)
+    upper = free.theta_ * np.array([0.9, 2, 2, 2])  # alpha capped below its optimum
+    for optimizer in ("trf", "l-bfgs-b"):
+        capped = AdjointODE(problem.model, bounds=(0, upper), optimizer=optimizer, **kw)
+        capped.fit(problem.t, Y)
+        assert capped.theta_[0] <= upper[0] * (1 + 1e-9)
+        assert capped.theta_[0] == pytest.approx(upper[0], rel=1e-4)  # active bound
+
+
+def test_nonlinear_in_theta_model():
+    model = FitzHughNagumo()
+    problem = get_problem("fitzhugh_nagumo")
+    data = make_trajectory("fitzhugh_nagumo", noise=0.05, random_state=0)
+    est = AdjointODE(model, theta0=(0.4, 0.4, 2.5))
+    est.fit(data.t, data.Y)
+    # 401 samples of both states at noise std 0.05: data-limited errors of ~1 %.
+    assert_allclose(est.theta_, problem.theta, rtol=0.02)
+    assert est.converged_
+
+
+def test_stiff_model_with_a_stiff_integrator():
+    model = Robertson()
+    theta = np.array([0.04, 3e7, 1e4])
+    t = np.geomspace(1e-3, 40.0, 30)
+    from sklode import simulate
+    X = simulate(model, theta, [1.0, 0.0, 0.0], t, t0=0.0, integrator="Radau", rtol=1e-10,
+                 atol=1e-14)
+    rng = np.random.default_rng(0)
+    Y = X * (1 + 0.01 * rng.standard_normal(X.shape))
+    est = AdjointODE(model, theta0=(0.06, 1e7, 3e4), x0=[1.0, 0.0, 0.0], t0=0.0,
+                     estimate_x0=False, sigma=0.01, sigma_kind="relative", positive=True,
+                     integrator="Radau", rtol=1e-8, atol=1e-12)
+    est.fit(t, Y)
+    # 90 observations at 1 % noise: the rates come back to a few per cent (log-scale fit
+    # over 4 orders of magnitude of the parameters).
+    assert_allclose(est.theta_, theta, rtol=0.1)
+    assert est.converged_
+
+
+def test_predict_and_fitted_attributes():
+    problem = get_problem("seird_e3")
+    data = make_trajectory("seird_e3", random_state=0)
+    est = AdjointODE(problem.model, **adjoint_settings(problem)).fit(data.t, data.Y)
+    assert est.t0_ == 40.0 and est.x0_.shape == (5,) and est.x0_stderr_.shape == (5,)
+    assert est.theta_cov_.shape == (4, 4) and np.all(est.theta_stderr_ > 0)
+    # predict() integrates from (t0_, x0_): at the data it matches the fit's own residuals
+    # (10 % noise -> relative misfits of a few tenths at most).
+    rel = np.abs(est.predict(data.t) / data.Y - 1)
+    assert np.median(rel) < 0.1
+    assert est.loss_history_[0] > est.loss_history_[-1]
+
+
+def test_not_converged_warns_and_is_usable():
+    problem = get_problem("seird")
+    Y = make_trajectory("seird", random_state=0).Y
+    est = AdjointODE(problem.model, max_iter=2, **adjoint_settings(problem))
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        est.fit(problem.t, Y)
+    assert est.converged_ is False and est.predict(problem.t).shape == Y.shape
+
+
+def test_blowup_at_the_start_raises_and_leaves_no_fit():
+    model = Lorenz96(5)
+    t = np.linspace(0, 1, 20)
+    est = AdjointODE(model, theta0=[1e12])
+    with pytest.raises(IntegrationError, match="cannot start"):
+        est.fit(t, np.ones((20, 5)))
+    assert not hasattr(est, "theta_")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"observed": (0, 7)}, "observed must list distinct state indices"),
+    ({"observed": (2, 3, 4), "x0": None, "estimate_x0": True}, "are not observed"),
+    ({"t0": 45.0}, "after the first observation"),
+    ({"optimizer": "bfgs", "bounds": (0, 10)}, "bounds need optimizer"),
+    ({"sigma": [1.0, 2.0]}, "does not match Y"),
+    ({"x0_prior": [1, 2, 3, 4, 5]}, "needs x0_prior_sigma"),
+    ({"positive": True, "theta0": (1, -1, 1, 1)}, "strictly positive"),
+    ({"estimate_x0": False, "x0": None}, "pass x0"),
+    ({"x0": [1, 2]}, "x0 has 2 entries"),
+])
+def test_bad_input_raises_a_clear_error(kwargs, message):
+    problem = get_problem("seird")
+    kw = adjoint_settings(problem)
+    kw.update(kwargs)
+    if "x0" in kwargs and kwargs["x0"] is None:
+        kw["x0"] = None
+    Y = make_trajectory("seird", random_state=0).Y
+    Y_in = Y.copy()
+    with pytest.raises(ValueError, match=message):
+        AdjointODE(problem.model, **kw).fit(problem.t, Y)
+    np.testing.assert_array_equal(Y, Y_in)  # inputs are never written
+
+
+def test_forward_gradient_option_gives_the_same_fit():
+    problem = get_problem("seird")
+    Y = make_trajectory("seird", random_state=1).Y
+    kw = adjoint_settings(problem)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        a = AdjointODE(problem.model, optimizer="bfgs", **kw).fit(problem.t, Y)
+        f = AdjointODE(problem.model, optimizer="bfgs", gradient="forward", **kw)
+        f.fit(problem.t, Y)
+    # Identical gradients to round-off, so BFGS takes the same path.
+    assert_allclose(a.theta_, f.theta_, rtol=1e-6)
