@@ -265,7 +265,7 @@ def adjoint_settings(problem):
                 "t0": float(p.t0), "observed": tuple(p.observed)}
     if p.noise_kind == "proportional":
         settings.update(sigma=p.noise, sigma_kind="relative")
-    if isinstance(p.model, SEIRD):
+    if isinstance(p.model, SEIRD) and p.x0 is not None:
         if p.x0_init is None:
             settings.update(x0=p.x0.copy(), estimate_x0=False)
         else:
@@ -275,7 +275,7 @@ def adjoint_settings(problem):
                             invariant=(np.ones(p.model.n_states), N), invariant_weight=1e-4)
     elif p.x0_init is not None:
         settings["x0"] = p.x0_init.copy()
-    elif len(p.observed) < p.model.n_states:
+    elif len(p.observed) < p.model.n_states and p.x0 is not None:
         settings["x0"] = p.x0.copy()  # unobserved states need a start: the true one
     return settings
 

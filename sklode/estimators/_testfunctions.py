@@ -49,7 +49,11 @@ def _bump(s, radius, eta):
     """Bump values and time-derivatives at scaled positions ``s = (t - c) / radius``."""
     inside = np.maximum(1.0 - s * s, 1e-300)  # a node rounded onto the edge: psi = 0 there
     val = np.exp(-eta / inside)
-    dval = np.where(val > 0, val * (-2.0 * eta * s / inside**2), 0.0) / radius
+    # Only where psi > 0 (there inside > eta / 745, so inside**2 cannot underflow to 0; at the
+    # edge it did, and the division warned on grids with a node within 1e-150 of the edge).
+    dval = np.zeros(np.broadcast(s, val).shape)
+    live = val > 0
+    dval[live] = (val * (-2.0 * eta * s / np.where(live, inside, 1.0) ** 2))[live] / radius
     return val, dval
 
 

@@ -1,0 +1,315 @@
+"""Compare estimators over many seeded noisy trials, in parallel, with tidy per-trial records.
+
+Every trial is a pure function of ``(problem, method, trial, random_state)``: the noise seed is
+``random_state + trial`` and the perturbed initial guess is drawn from its own stream, so the
+records do not depend on ``n_jobs`` or on the joblib backend (loky, threads, Dask, Ray).
+
+>>> from sklode.compare import compare, summarize
+>>> records = compare("lotka_volterra", methods=["bcdprox", "adjoint"], trials=2)
+>>> [(r["method"], r["trial"], r["status"]) for r in records]  # doctest: +NORMALIZE_WHITESPACE
+[('bcdprox', 0, 'ok'), ('bcdprox', 1, 'ok'), ('adjoint', 0, 'ok'), ('adjoint', 1, 'ok')]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import numpy as np
+from joblib import Parallel, delayed
+
+from .datasets import Problem, adjoint_settings, get_problem, list_problems, make_trajectory
+from .exceptions import ConvergenceWarning
+from .integrate import simulate
+from .metrics import prediction_error
+
+__all__ = ["METHODS", "compare", "compare_data", "make_estimator", "summarize"]
+
+logger = logging.getLogger("sklode")
+
+#: Method names accepted by :func:`compare`, in their default order.
+METHODS = ("bcdprox", "wendy", "adjoint")
+
+
+def make_estimator(method, problem, theta0=None):
+    """The estimator ``method`` configured for ``problem`` as its paper poses it.
+
+    Parameters
+    ----------
+    method : {"bcdprox", "wendy", "adjoint"}
+    problem : str or Problem
+    theta0 : array-like, optional
+        Initial guess; default the problem's ``theta_init`` (or the model's default guess).
+
+    Returns
+    -------
+    estimator
+    """
+    from .estimators import AdjointODE, BCDProxODE, WENDyODE
+
+    p = get_problem(problem) if isinstance(problem, str) else problem
+    if theta0 is None:
+        theta0 = p.theta_init
+    if method == "bcdprox":
+        return BCDProxODE(p.model, theta0=theta0)
+    if method == "wendy":
+        return WENDyODE(p.model, theta0=theta0)
+    if method == "adjoint":
+        settings = adjoint_settings(p)
+        settings["theta0"] = theta0
+        return AdjointODE(p.model, **settings)
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+
+
+def _applicable(method, problem):
+    """Why ``method`` cannot fit ``problem`` (None when it can)."""
+    if method in ("bcdprox", "wendy") and len(problem.observed) < problem.model.n_states:
+        return f"{method} needs every state observed; {problem.name} observes {problem.observed}"
+    if method == "wendy" and problem.t.size < 16:
+        return f"wendy needs at least 16 time points; {problem.name} has {problem.t.size}"
+    return None
+
+
+def _trial_theta0(problem, trial, random_state, theta0_noise):
+    base = problem.theta_init if problem.theta_init is not None else problem.model.theta_guess()
+    if not theta0_noise:
+        return np.array(base, dtype=np.float64)
+    rng = np.random.default_rng([int(random_state), int(trial), 7])
+    return problem.theta + theta0_noise * rng.standard_normal(problem.theta.size)
+
+
+_WARM = set()
+
+
+def _warm_up(model, x, theta):
+    """Pay torch's one-off lazy initialisation (~1 s per process) before the clock starts,
+    so that CPU columns measure fits, not the first autodiff call of each worker."""
+    key = type(model).__name__
+    if key not in _WARM:
+        t = np.zeros(2)
+        X = np.stack([x, x])
+        model.f(t, X, theta)
+        model.jac_x(t, X, theta)
+        model.jac_theta(t, X, theta)
+        model.vjp(t, X, theta, X)
+        _WARM.add(key)
+
+
+def _record(method, problem, trial, seed, theta0, noise=None):
+    """Fit one estimator on one trial; never raises (failures are recorded)."""
+    record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
+              "theta0": list(map(float, theta0)), "status": "ok", "error": "",
+              "converged": False, "n_iter": 0, "cpu_s": 0.0, "wall_s": 0.0}
+    reason = _applicable(method, problem)
+    if reason:
+        record.update(status="skipped", error=reason)
+        return record
+    # Named problems reuse their cached clean trajectory; custom ones are simulated here.
+    source = problem.name if problem.name in list_problems() else problem
+    data = make_trajectory(source, noise=noise, random_state=seed)
+    est = make_estimator(method, problem, theta0)
+    _warm_up(problem.model, problem.x0, problem.theta)
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            est.fit(data.t, data.Y)
+    except Exception as exc:  # a failed fit is a result, not a crash of the comparison
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:300],
+                      cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
+        return record
+    record.update(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall,
+                  converged=bool(getattr(est, "converged_", True)), n_iter=int(est.n_iter_),
+                  warnings=sorted({type(w.message).__name__ for w in caught}))
+    theta = np.asarray(est.theta_, dtype=np.float64)
+    record["theta"] = list(map(float, theta))
+    if problem.theta is not None and problem.theta.size == theta.size:
+        abs_err = np.abs(theta - problem.theta)
+        record["theta_true"] = list(map(float, problem.theta))
+        record["max_abs_theta_error"] = float(abs_err.max())
+        rel = abs_err / np.where(problem.theta != 0, np.abs(problem.theta), 1.0)
+        record["max_rel_theta_error"] = float(rel.max())
+        for name, err in zip(problem.model.param_names, abs_err):
+            record[f"error_{name}"] = float(err)
+    try:  # prediction error of seed 000: simulate every state on the data grid
+        X_hat = simulate(problem.model, theta, est.x0_, data.t, t0=est.t0_)
+        record["prediction_error"] = float(prediction_error(data.X, X_hat))
+    except Exception:  # the fitted ODE blows up over the data window
+        record["prediction_error"] = float("inf")
+    return record
+
+
+def _as_frame(records, as_frame):
+    if as_frame is False:
+        return records
+    try:
+        import pandas as pd
+    except ImportError:
+        if as_frame:
+            raise ImportError("as_frame=True needs pandas: pip install pandas") from None
+        return records
+    return pd.DataFrame.from_records(records)
+
+
+def _run(tasks, n_jobs, progress, total):
+    jobs = Parallel(n_jobs=n_jobs, return_as="generator")(tasks)
+    if progress:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # the progress bar is optional (extra "progress")
+            logger.warning("progress=True needs tqdm (pip install tqdm); running without it")
+        else:
+            jobs = tqdm(jobs, total=total, desc="sklode compare", unit="fit")
+    return list(jobs)
+
+
+def compare(problems, methods=METHODS, *, trials=10, noise=None, theta0_noise=None,
+            random_state=0, n_jobs=None, progress=False, as_frame=None):
+    """Fit several estimators on many seeded noisy trials of named problems.
+
+    Parameters
+    ----------
+    problems : str, Problem or list of them
+        Names from :func:`sklode.datasets.list_problems` (or Problem objects).
+    methods : sequence of str, default=("bcdprox", "wendy", "adjoint")
+    trials : int, default=10
+    noise : float, optional
+        Noise standard deviation in each problem's convention; default the problem's.
+    theta0_noise : float, optional
+        When given, trial k starts from ``theta_true + theta0_noise * N(0, I)`` (the seed-000
+        initialisation-robustness protocol, where ``theta0_noise**2`` is its sigma_theta^2);
+        otherwise every trial starts from the paper's initial guess.
+    random_state : int, default=0
+        Trial k uses noise seed ``random_state + k``.
+    n_jobs : int, optional
+        joblib workers; use ``joblib.parallel_config(backend="dask")`` for a Dask cluster.
+    progress : bool, default=False
+        Show a tqdm progress bar (needs the ``progress`` extra).
+    as_frame : bool, optional
+        Return a pandas DataFrame (default when pandas is installed) or a list of dicts.
+
+    Returns
+    -------
+    records : DataFrame or list of dict
+        One row per (problem, method, trial): ``method, problem, trial, seed, theta0, status``
+        ("ok", "failed", "skipped"), ``error, converged, n_iter, cpu_s, wall_s, theta,
+        theta_true, max_abs_theta_error, max_rel_theta_error, error_<param>,
+        prediction_error``.
+    """
+    if isinstance(problems, (str, Problem)):
+        problems = [problems]
+    problems = [get_problem(p) if isinstance(p, str) else p for p in problems]
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"Unknown method {m!r}; choose from {METHODS}.")
+    if int(trials) < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}.")
+    tasks = [delayed(_record)(m, p, k, random_state + k,
+                              _trial_theta0(p, k, random_state, theta0_noise), noise)
+             for p in problems for m in methods for k in range(int(trials))]
+    return _as_frame(_run(tasks, n_jobs, progress, len(tasks)), as_frame)
+
+
+def compare_data(t, Y, model, methods=METHODS, *, theta0=None, observed=None, t0=None,
+                 x0=None, n_jobs=None, as_frame=None):
+    """Fit several estimators to one user data set (no ground truth: no error columns).
+
+    Parameters
+    ----------
+    t, Y : array-like
+        Times and observations of the ``observed`` states.
+    model : ODEModel
+    methods : sequence of str
+    theta0, observed, t0, x0 : optional
+        As for the estimators (``observed`` and ``x0`` only matter for AdjointODE).
+
+    Returns
+    -------
+    records : DataFrame or list of dict
+        ``method, status, error, converged, n_iter, cpu_s, wall_s, theta, score`` (R² on the
+        data).
+    """
+    t = np.asarray(t, dtype=np.float64).reshape(-1)
+    Y = np.asarray(Y, dtype=np.float64)
+    observed = tuple(range(model.n_states)) if observed is None else tuple(observed)
+    problem = Problem("user_data", model, None, None, t, float(t.min() if t0 is None else t0),
+                      observed, 0.0, "absolute", theta_init=None if theta0 is None else
+                      np.asarray(theta0, dtype=np.float64), x0_init=None if x0 is None else
+                      np.asarray(x0, dtype=np.float64))
+
+    def one(method):
+        record = {"method": method, "status": "ok", "error": ""}
+        reason = _applicable(method, problem)
+        if reason:
+            return {**record, "status": "skipped", "error": reason}
+        est = make_estimator(method, problem)
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                est.fit(t, Y)
+            score = float(est.score(t, Y))
+        except Exception as exc:
+            return {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        return {**record, "converged": bool(getattr(est, "converged_", True)),
+                "n_iter": int(est.n_iter_), "cpu_s": time.process_time() - cpu,
+                "wall_s": time.perf_counter() - wall,
+                "theta": list(map(float, est.theta_)), "score": score}
+
+    records = Parallel(n_jobs=n_jobs)(delayed(one)(m) for m in methods)
+    return _as_frame(records, as_frame)
+
+
+def summarize(records, *, blowup=100.0):
+    """Per (problem, method): fits, failures, medians of errors and times.
+
+    Parameters
+    ----------
+    records : DataFrame or list of dict
+        Output of :func:`compare`.
+    blowup : float, default=100.0
+        Prediction errors above this count as diverged fits (seed 000's protocol).
+
+    Returns
+    -------
+    DataFrame or list of dict
+    """
+    rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["problem"], r["method"]), []).append(r)
+    summary = []
+    for (problem, method), rs in groups.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+
+        def median(key, ok=ok):
+            vals = [r[key] for r in ok if key in r and r[key] is not None]
+            return float(np.median(vals)) if vals else float("nan")
+
+        summary.append({
+            "problem": problem, "method": method, "trials": len(rs), "ok": len(ok),
+            "failed": sum(r["status"] == "failed" for r in rs),
+            "skipped": sum(r["status"] == "skipped" for r in rs),
+            "converged": sum(bool(r.get("converged")) for r in ok),
+            f"prediction_error>{blowup:g}": sum(
+                not (r.get("prediction_error", np.inf) <= blowup) for r in ok),
+            "median_max_rel_theta_error": median("max_rel_theta_error"),
+            "median_prediction_error": median("prediction_error"),
+            "median_cpu_s": median("cpu_s"), "median_wall_s": median("wall_s"),
+        })
+    return _as_frame(summary, None if hasattr(records, "to_dict") else False)
+
+
+def format_summary(summary):
+    """A markdown table of :func:`summarize`'s output."""
+    rows = summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
