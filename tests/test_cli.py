@@ -27,3 +27,18 @@ def test_demo_fits_every_estimator_and_the_baseline():
 def test_console_entry_point_runs(capsys):
     assert main(["demo", "--problem", "wendy_logistic", "--noise", "0.05"]) == 0
     assert "wendy" in capsys.readouterr().out
+
+
+def test_ci_runs_the_readme_commands():
+    """.ci/run must call exactly the README's two commands (install + main job, tests)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    ci = (root / ".ci" / "run").read_text()
+    section = readme[readme.index("## Two commands"):]
+    blocks = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
+    install_and_run, tests = blocks[0].strip(), blocks[1].strip()
+    install, run = [part.strip() for part in install_and_run.split("&&")]
+    assert install.replace("pip install", "pip install --quiet") in ci
+    assert run in ci.splitlines() and tests in ci.splitlines()

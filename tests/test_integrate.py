@@ -102,3 +102,14 @@ def test_integrator_names_are_case_insensitive():
     a = simulate(LotkaVolterra(), [2, 1, 4, 1], [5, 3], [0, 1], integrator="bdf")
     b = simulate(LotkaVolterra(), [2, 1, 4, 1], [5, 3], [0, 1], integrator="BDF")
     assert_allclose(a, b, rtol=0)
+
+
+def test_evaluation_budget_stops_a_crawling_solve():
+    """A solve that needs more vector-field evaluations than allowed raises, naming why."""
+    from sklode.integrate import solve
+    from sklode.models import LotkaVolterra
+
+    with pytest.raises(IntegrationError, match="more than 50 evaluations"):
+        solve(LotkaVolterra(), [2, 1, 4, 1], [5, 3], (0.0, 20.0), max_evaluations=50)
+    sol = solve(LotkaVolterra(), [2, 1, 4, 1], [5, 3], (0.0, 1.0), max_evaluations=100_000)
+    assert sol.status == 0

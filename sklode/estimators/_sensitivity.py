@@ -70,7 +70,8 @@ class Trajectory:
         self.x0 = x0
 
 
-def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol):
+def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
+                       max_evaluations=None):
     """Solve from ``(t0, x0)`` to the last of the increasing times ``t_obs`` (all ``>= t0``).
 
     Raises :class:`~sklode.IntegrationError` on blow-up or integrator failure.
@@ -80,17 +81,22 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol):
     t_end = float(t_obs[-1])
     if t_end <= t0:  # every observation at t0: nothing to integrate
         grid = np.array([t0])
-        return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
+        traj = Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0)
+        traj.n_evaluations = 0
+        return traj
     sol = solve(model, theta, x0, (t0, t_end), t_eval=t_obs[t_obs > t0], integrator=integrator,
-                rtol=rtol, atol=atol, dense_output=True)
+                rtol=rtol, atol=atol, dense_output=True, max_evaluations=max_evaluations)
+    traj_evals = sol.nfev
     states = np.empty((t_obs.size, x0.size))
     states[t_obs <= t0] = x0
     states[t_obs > t0] = sol.y.T
     grid = np.union1d(np.union1d(sol.sol.ts, t_obs), [t0])
     grid = grid[grid >= t0]
     obs_index = np.searchsorted(grid, t_obs)
-    return Trajectory(grid, obs_index, states, sol.sol, x0)
+    traj = Trajectory(grid, obs_index, states, sol.sol, x0)
+    traj.n_evaluations = traj_evals
+    return traj
 
 
 # ----------------------------------------------------------------------------- stage algebra

@@ -46,6 +46,8 @@ OPTIMIZERS = {
 }
 _BOUNDED = ("trf", "l-bfgs-b")
 _LINE_SEARCH_FLOOR = 1e-5
+_START_EVALUATIONS = 200_000  # ~8 s of torch evaluations for the starting point's solve
+_TRIAL_EVALUATION_FACTOR = 20  # trial points: 20x what the start needed (>= 20000)
 
 
 class LeastSquaresObjective:
@@ -91,6 +93,10 @@ class LeastSquaresObjective:
         self.log_mask = np.zeros(z0.size, dtype=bool)
         if positive:
             self.log_mask[self.n_x0:] = True
+        # Evaluation budget of one forward solve: generous at the start, then a multiple of
+        # what the start needed, so that a trial point on the edge of blowing up (or stiff
+        # for the integrator) is rejected in seconds instead of crawling for minutes.
+        self.max_evaluations = _START_EVALUATIONS
         self.n_forward = 0  # forward ODE solves
         self.n_derivative = 0  # sensitivity or adjoint passes
         self._cache_key, self._cache = None, None
@@ -126,7 +132,8 @@ class LeastSquaresObjective:
         if key != self._cache_key:
             x0, theta = self.split(self.to_z(u))
             self.n_forward += 1
-            traj = forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver)
+            traj = forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
+                                      max_evaluations=self.max_evaluations)
             data = (traj.states[:, self.observed] - self.Y) / self.sigma
             extra = []
             if self.estimate_x0 and self.prior is not None:
@@ -494,11 +501,13 @@ class AdjointODE(ODEEstimatorBase):
             span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
             u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
         try:
-            objective.residual(u0)
+            start_traj = objective._evaluate(u0)[0]
         except IntegrationError as exc:
             raise IntegrationError(
                 f"AdjointODE cannot start: the ODE fails at the initial guess theta0="
                 f"{theta0}, x0={x0}. {exc}", t_reached=exc.t_reached) from exc
+        objective.max_evaluations = max(20_000,
+                                        _TRIAL_EVALUATION_FACTOR * start_traj.n_evaluations)
 
         history = {"loss": [], "grad": []}
         result = self._run_optimizer(objective, u0, bounds, history)
