@@ -5,9 +5,12 @@ Every trial is a pure function of ``(problem, method, trial, random_state)``: th
 records do not depend on ``n_jobs`` or on the joblib backend (loky, threads, Dask, Ray).
 
 >>> from sklode.compare import compare, summarize
->>> records = compare("lotka_volterra", methods=["bcdprox", "adjoint"], trials=2)
+>>> records = compare("lotka_volterra", methods=["bcdprox", "adjoint"], trials=2,
+...                   as_frame=False)
 >>> [(r["method"], r["trial"], r["status"]) for r in records]  # doctest: +NORMALIZE_WHITESPACE
 [('bcdprox', 0, 'ok'), ('bcdprox', 1, 'ok'), ('adjoint', 0, 'ok'), ('adjoint', 1, 'ok')]
+>>> [s["ok"] for s in summarize(records)]
+[2, 2]
 """
 
 from __future__ import annotations
