@@ -22,7 +22,13 @@ import warnings
 import numpy as np
 from joblib import Parallel, delayed
 
-from .datasets import Problem, adjoint_settings, get_problem, list_problems, make_trajectory
+from .datasets import (
+    Problem,
+    adjoint_settings,
+    get_problem,
+    list_problems,
+    make_trajectory,
+)
 from .exceptions import ConvergenceWarning
 from .integrate import simulate
 from .metrics import prediction_error

@@ -11,8 +11,13 @@ import pytest
 import torch
 from numpy.testing import assert_allclose
 from sklearn.base import clone
-from sklearn.model_selection import (GridSearchCV, KFold, ShuffleSplit, TimeSeriesSplit,
-                                     cross_val_score)
+from sklearn.model_selection import (
+    GridSearchCV,
+    KFold,
+    ShuffleSplit,
+    TimeSeriesSplit,
+    cross_val_score,
+)
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import OptimizeResult, line_search
 
-__all__ = ["nonlinear_cg", "CG_UPDATES"]
+__all__ = ["CG_UPDATES", "nonlinear_cg"]
 
 # Strong-Wolfe curvature constant: the textbook value for CG (well below 1/2, which
 # Fletcher-Reeves needs for descent directions). 0.4 was tried: no fewer solves on SEIRD.

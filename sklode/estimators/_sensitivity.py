@@ -26,7 +26,7 @@ import numpy as np
 
 from ..integrate import solve
 
-__all__ = ["Trajectory", "forward_trajectory", "sensitivities", "adjoint_gradient"]
+__all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
 _SQ15 = np.sqrt(15.0)
 #: Gauss–Legendre 3-stage Butcher tableau (nodes, matrix, weights).

@@ -29,7 +29,7 @@ from ._base import ODEEstimatorBase, warn_not_converged
 from ._optim import nonlinear_cg
 from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
 
-__all__ = ["AdjointODE", "LeastSquaresObjective", "OPTIMIZERS"]
+__all__ = ["OPTIMIZERS", "AdjointODE", "LeastSquaresObjective"]
 
 logger = logging.getLogger("sklode")
 
@@ -169,7 +169,7 @@ class LeastSquaresObjective:
     # ------------------------------------------------------------------ derivatives
     def jacobian_z(self, u):
         """``dr/dz`` from forward sensitivities, shape (n_residuals, n_unknowns)."""
-        traj, data, r, x0, theta = self._evaluate(u)
+        traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
         S = sensitivities(self.model, theta, traj, with_x0=self.estimate_x0)
         J_data = S[:, self.observed, :] / self.sigma[:, :, None]
@@ -179,7 +179,7 @@ class LeastSquaresObjective:
             block[:, : self.n_x0] = np.diag(1.0 / np.broadcast_to(self.prior[1], x0.shape))
             blocks.append(block)
         if self.estimate_x0 and self.invariant is not None:
-            c, total, k = self.invariant
+            c, _, k = self.invariant
             block = np.zeros((1, S.shape[-1]))
             block[0, : self.n_x0] = np.sqrt(k) * c
             blocks.append(block)
