@@ -1,6 +1,9 @@
 """Parallel trials: results do not depend on n_jobs or on the backend (loky, Dask), and
 workers do not oversubscribe threads."""
 
+import io
+import types
+
 import numpy as np
 import pytest
 from joblib import Parallel, delayed, parallel_config
@@ -8,6 +11,7 @@ from numpy.testing import assert_allclose
 from sklearn.model_selection import GridSearchCV, KFold
 
 from sklode import BCDProxODE
+from sklode.cli import compare_command
 from sklode.compare import compare
 from sklode.datasets import make_trajectory
 from sklode.models import LotkaVolterra
@@ -78,7 +82,14 @@ def test_dask_local_cluster_gives_the_local_results(serial):
                              theta0_noise=0.1, as_frame=False, n_jobs=2)
             grid = _grid().set_params(n_jobs=2).fit(data.t, data.Y)
             threads = Parallel(n_jobs=2)(delayed(_worker_threads)() for _ in range(2))
+        # The command line's --backend dask --scheduler ADDRESS reaches the same cluster.
+        args = types.SimpleNamespace(
+            problem=["lotka_volterra,seird"], methods="bcdprox,adjoint", trials=2, n_jobs=2,
+            noise=None, theta0_noise=0.1, seed=0, blowup=100.0, backend="dask",
+            scheduler=cluster.scheduler_address, output=None, plot=None, no_progress=True)
+        from_cli = compare_command(args, out=io.StringIO())
     assert _strip(remote) == _strip(records)
+    assert _strip(from_cli) == _strip(records)
     assert_allclose(grid.cv_results_["mean_test_score"], scores, rtol=0, atol=0)
     assert all(t[0] == 1 for t in threads), threads  # the nanny sets OMP_NUM_THREADS=1
     assert np.isfinite(scores).all()
