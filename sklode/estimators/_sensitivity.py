@@ -229,6 +229,12 @@ def sensitivities(model, theta, traj, with_x0=True, with_theta=True):
         if p:
             G[..., q - p:] = model.jac_theta(times, x, theta)   # (m, 3, n, p)
         stages = _StageSolver(h, M)
+        if stages.direct:  # whole-chunk step maps, then one small product per step
+            T, U = _forward_step_maps(h, M, G, stages.inv)
+            for k in range(hi - lo):
+                S = T[k] @ S + U[k]
+                out[lo + k + 1] = S
+            continue
         for k in range(hi - lo):
             hk = h[k]
             rhs = S[None] + hk * np.tensordot(GAUSS_A, G[k], axes=1)
@@ -237,6 +243,39 @@ def sensitivities(model, theta, traj, with_x0=True, with_theta=True):
             S = S + hk * np.tensordot(GAUSS_B, slope, axes=1)
             out[lo + k + 1] = S
     return out[traj.obs_index]
+
+
+def _forward_step_maps(h, M, G, K_inv):
+    """``S_{k+1} = T_k S_k + U_k`` for every step of a chunk, batched over the steps.
+
+    With stage values ``Z = K^-1 (1 (x) S + h (A (x) I) G)`` and
+    ``S_{k+1} = S + h sum_j b_j (M_j Z_j + G_j)``: ``T = I + h (b^T (x) I) M K^-1 (1 (x) I)`` and
+    ``U = h (b^T (x) I) (M K^-1 h (A (x) I) G + G)``.
+    """
+    m, s, n, _ = M.shape
+    KE = K_inv.reshape(m, s * n, s, n).sum(axis=2).reshape(m, s, n, n)  # K^-1 (1 (x) I)
+    T = np.eye(n) + h[:, None, None] * np.einsum("j,mjab,mjbc->mac", GAUSS_B, M, KE)
+    AG = h[:, None, None, None] * np.einsum("ij,mjaq->miaq", GAUSS_A, G)
+    Psi = (K_inv @ AG.reshape(m, s * n, -1)).reshape(AG.shape)
+    U = h[:, None, None] * np.einsum("j,mjaq->maq", GAUSS_B,
+                                     np.einsum("mjab,mjbq->mjaq", M, Psi) + G)
+    return T, U
+
+
+def _adjoint_step_maps(h, M, K_inv):
+    """The transposed recursion, batched over a chunk's steps.
+
+    Per step: ``w = K^-T R lam`` with ``R = [b_j M_j^T]``; the cotangents of the nodes'
+    ``f_theta`` are ``C lam`` with ``C = h (b (x) I) + h^2 (A^T (x) I) K^-T R``, and
+    ``lam <- Q lam`` with ``Q = I + h sum_j (K^-T R)_j``.
+    """
+    m, s, n, _ = M.shape
+    R = (GAUSS_B[None, :, None, None] * M.transpose(0, 1, 3, 2)).reshape(m, s * n, n)
+    P = (K_inv.transpose(0, 2, 1) @ R).reshape(m, s, n, n)
+    Q = np.eye(n) + h[:, None, None] * P.sum(axis=1)
+    C = (h[:, None, None, None] * GAUSS_B[None, :, None, None] * np.eye(n)
+         + h[:, None, None, None] ** 2 * np.einsum("ij,mjab->miab", GAUSS_A.T, P))
+    return C, Q
 
 
 def adjoint_gradient(model, theta, traj, jumps):
@@ -268,6 +307,13 @@ def adjoint_gradient(model, theta, traj, jumps):
         else:
             stages = _StageSolver(h, model.jac_x(times, x, theta))
         cotangents = np.empty((hi - lo, _STAGES, n))
+        if not matrix_free and stages.direct:
+            C, Q = _adjoint_step_maps(h, stages.M, stages.inv)
+            for k in range(hi - lo - 1, -1, -1):
+                cotangents[k] = C[k] @ lam
+                lam = Q[k] @ lam + g[lo + k]
+            grad_theta += model.vjp(times, x, theta, cotangents)[1]
+            continue
         for k in range(hi - lo - 1, -1, -1):
             hk = h[k]
             r = GAUSS_B[:, None] * stages.transpose_times(k, np.broadcast_to(lam, (_STAGES, n)))
