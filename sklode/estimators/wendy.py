@@ -156,15 +156,17 @@ def _shoot_initial_state(model, theta, t, Y, x0):
         S = sensitivities(model, theta, trajectory(z), with_x0=True, with_theta=False)
         return S.reshape(-1, z.size)
 
-    starts = [x0]
-    try:
+    def integrated_back():  # only computed when the smoothed start fails (a solve)
         tail = slice(max(0, t.size - 5), t.size)
-        starts.append(simulate(model, theta, Y[tail].mean(axis=0), [t[0]],
-                               t0=float(t[tail].mean()), rtol=1e-6, atol=1e-9)[0])
-    except IntegrationError:
-        pass
-    for start in starts:
-        if np.all(np.isfinite(residual(np.asarray(start, dtype=np.float64)))):
+        try:
+            return simulate(model, theta, Y[tail].mean(axis=0), [t[0]],
+                            t0=float(t[tail].mean()), rtol=1e-6, atol=1e-9)[0]
+        except IntegrationError:
+            return None
+
+    for make_start in (lambda: x0, integrated_back):
+        start = make_start()
+        if start is not None and np.all(np.isfinite(residual(np.asarray(start, float)))):
             return least_squares(residual, start, jac=jacobian, x_scale="jac", ftol=1e-6).x
     return x0  # no start integrates: predict() will say so with an IntegrationError
 
