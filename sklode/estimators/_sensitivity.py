@@ -204,17 +204,17 @@ class _MatrixFreeStages:
 
 
 # ----------------------------------------------------------------------------- the two passes
-def sensitivities(model, theta, traj, with_x0=True, with_theta=True):
+def sensitivities(model, theta, traj, with_x0=True):
     """Forward sensitivities of the state at the observation times.
 
     Returns
     -------
     S : ndarray of shape (n_obs, n_states, q)
-        ``dx(t_i)/d[x0, theta]`` with ``q = n_states + n_params`` (x0 columns first); the
-        x0 or theta columns are left out when ``with_x0`` or ``with_theta`` is False.
+        ``dx(t_i)/d[x0, theta]`` with ``q = n_states + n_params`` (x0 columns first), or
+        ``q = n_params`` when ``with_x0`` is False.
     """
     n = traj.x0.size
-    p = model.n_params if with_theta else 0
+    p = model.n_params
     q = (n if with_x0 else 0) + p
     S = np.zeros((n, q))
     if with_x0:
@@ -226,8 +226,7 @@ def sensitivities(model, theta, traj, with_x0=True, with_theta=True):
         h, times, x = _nodes(traj, lo, hi)
         M = model.jac_x(times, x, theta)                    # (m, 3, n, n)
         G = np.zeros(M.shape[:3] + (q,))
-        if p:
-            G[..., q - p:] = model.jac_theta(times, x, theta)   # (m, 3, n, p)
+        G[..., q - p:] = model.jac_theta(times, x, theta)   # (m, 3, n, p)
         stages = _StageSolver(h, M)
         if stages.direct:  # whole-chunk step maps, then one small product per step
             T, U = _forward_step_maps(h, M, G, stages.inv)
