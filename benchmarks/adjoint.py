@@ -38,22 +38,9 @@ def _cpu(fn):
 
 
 def _baseline(problem, Y, numpy_rhs=True):
-    from sklode.baselines import NUMPY_RHS, least_squares_fit
-    from sklode.datasets import adjoint_settings
+    from sklode.baselines import least_squares_like_adjoint
 
-    kw = adjoint_settings(problem)
-    extra = None
-    if kw.get("x0_prior") is not None:
-        s0, s0_sigma = kw["x0_prior"], kw["x0_prior_sigma"]
-
-        def extra(x):
-            return np.r_[(x - s0) / s0_sigma, np.sqrt(1e-4) * (x.sum() - 1e5)]
-
-    return least_squares_fit(problem.model, problem.t, Y, problem.theta_init, kw["x0"],
-                             t0=problem.t0, observed=problem.observed,
-                             estimate_x0=kw.get("estimate_x0", True),
-                             weights=problem.noise * np.abs(Y), extra=extra,
-                             fun=NUMPY_RHS["seird"] if numpy_rhs else None)
+    return least_squares_like_adjoint(problem, Y, numpy_rhs=numpy_rhs)
 
 
 def _fit(problem, Y, **params):
@@ -150,7 +137,7 @@ def _median_cpu(fn, repeat=3):
 
 def section_gradient_cost():
     """One gradient against one forward solve: SEIRD, and Lorenz-96 with np = d forcings."""
-    from sklode import simulate
+    from sklode import AdjointODE, simulate
     from sklode.datasets import adjoint_settings, get_problem, make_trajectory
     from sklode.estimators.adjoint import LeastSquaresObjective
     from sklode.models import Lorenz96
@@ -158,15 +145,8 @@ def section_gradient_cost():
     out = {}
     problem = get_problem("seird_e3")
     Y = make_trajectory("seird_e3", random_state=0).Y
-    kw = adjoint_settings(problem)
-    from sklode import AdjointODE
-    est = AdjointODE(problem.model, **kw)
-    prior, invariant = est._extra_terms(5)
-    obj = LeastSquaresObjective(problem.model, 40.0, problem.t, Y, est._sigma(Y),
-                                problem.observed, kw["x0"], kw["theta0"], estimate_x0=True,
-                                prior=prior, invariant=invariant, positive=False,
-                                integrator="LSODA", rtol=1e-8, atol=1e-10)
-    u = obj.to_u(np.r_[kw["x0"], kw["theta0"]])
+    est = AdjointODE(problem.model, **adjoint_settings(problem))
+    obj, u = est._objective(problem.t, Y, problem.observed)
 
     def fresh(fn):
         def run():

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.optimize import least_squares
 
-__all__ = ["least_squares_fit", "LeastSquaresResult", "NUMPY_RHS"]
+__all__ = ["least_squares_fit", "least_squares_like_adjoint", "LeastSquaresResult", "NUMPY_RHS"]
 
 
 # Hand-written numpy vector fields of the problems in sklode.datasets, as a user of plain
@@ -174,3 +174,50 @@ def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estima
     return LeastSquaresResult(theta=theta.copy(), x0=np.array(x_init, dtype=np.float64),
                               cost=float(sol.cost), nfev=int(sol.nfev),
                               success=bool(sol.success), message=str(sol.message))
+
+
+def least_squares_like_adjoint(problem, Y, *, numpy_rhs=True, **kwargs):
+    """scipy ``least_squares`` on exactly the cost ``AdjointODE`` minimises for ``problem``.
+
+    The weights, x0 prior and conservation penalty come from
+    :func:`sklode.datasets.adjoint_settings`, so the optimum is the one an
+    ``AdjointODE(problem.model, **adjoint_settings(problem))`` fit should reach.
+
+    Parameters
+    ----------
+    problem : Problem
+    Y : ndarray
+        Observations at ``problem.t`` of ``problem.observed``.
+    numpy_rhs : bool, default=True
+        Use the hand-written numpy vector field (what a user of scipy would write) rather
+        than the model's torch one.
+    **kwargs
+        Passed on to :func:`least_squares_fit`.
+
+    Returns
+    -------
+    LeastSquaresResult
+    """
+    from .datasets import adjoint_settings
+
+    kw = adjoint_settings(problem)
+    sigma = np.asarray(kw.get("sigma", 1.0), dtype=np.float64)
+    weights = sigma * np.abs(Y) if kw.get("sigma_kind") == "relative" else \
+        np.broadcast_to(sigma, np.shape(Y))
+    terms = []  # residuals of x0 appended to the data misfit, as AdjointODE orders them
+    if kw.get("estimate_x0", True) and kw.get("x0_prior") is not None:
+        s0, s0_sigma = kw["x0_prior"], kw["x0_prior_sigma"]
+        terms.append(lambda x: (x - s0) / s0_sigma)
+    if kw.get("estimate_x0", True) and kw.get("invariant") is not None:
+        c, total = kw["invariant"]
+        root_k = np.sqrt(kw.get("invariant_weight", 1e-4))
+        terms.append(lambda x: [root_k * (np.asarray(c) @ x - total)])
+
+    def extra(x):
+        return np.concatenate([np.ravel(term(x)) for term in terms])
+
+    return least_squares_fit(problem.model, problem.t, Y, problem.theta_init, kw["x0"],
+                             t0=problem.t0, observed=problem.observed,
+                             estimate_x0=kw.get("estimate_x0", True), weights=weights,
+                             extra=extra if terms else None, fun=NUMPY_RHS.get(problem.name) if numpy_rhs else None,
+                             **kwargs)

@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 
 from .baselines import NUMPY_RHS, least_squares_fit
+from .compare import _warm_up
 from .datasets import get_problem, list_problems, make_trajectory
 from .estimators import available_estimators
 from .integrate import simulate
@@ -50,8 +51,7 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
     rows = []
     # Warm up torch's autodiff once (a one-off ~1 s of lazy imports) so that the CPU
     # column measures the fits, not the first call.
-    problem.model.jac_x(data.t[:2], data.Y[:2], theta0)
-    problem.model.jac_theta(data.t[:2], data.Y[:2], theta0)
+    _warm_up(problem.model, problem.x0, theta0)
     for name, make in available_estimators().items():
         est = make(problem.model, theta0)
         start = time.process_time()

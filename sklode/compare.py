@@ -105,6 +105,23 @@ def _warm_up(model, x, theta):
         _WARM.add(key)
 
 
+def _timed_fit(est, t, Y):
+    """Fit ``est``; CPU and wall seconds, convergence, warnings, or the error. Never raises:
+    a failed fit is a result, not a crash of the comparison."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            est.fit(t, Y)
+    except Exception as exc:
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:300],
+                "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+    return {"status": "ok", "cpu_s": time.process_time() - cpu,
+            "wall_s": time.perf_counter() - wall,
+            "converged": bool(getattr(est, "converged_", True)), "n_iter": int(est.n_iter_),
+            "warnings": sorted({type(w.message).__name__ for w in caught})}
+
+
 def _record(method, problem, trial, seed, theta0, noise=None):
     """Fit one estimator on one trial; never raises (failures are recorded)."""
     record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
@@ -119,18 +136,9 @@ def _record(method, problem, trial, seed, theta0, noise=None):
     data = make_trajectory(source, noise=noise, random_state=seed)
     est = make_estimator(method, problem, theta0)
     _warm_up(problem.model, problem.x0, problem.theta)
-    cpu, wall = time.process_time(), time.perf_counter()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            est.fit(data.t, data.Y)
-    except Exception as exc:  # a failed fit is a result, not a crash of the comparison
-        record.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:300],
-                      cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
+    record.update(_timed_fit(est, data.t, data.Y))
+    if record["status"] != "ok":
         return record
-    record.update(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall,
-                  converged=bool(getattr(est, "converged_", True)), n_iter=int(est.n_iter_),
-                  warnings=sorted({type(w.message).__name__ for w in caught}))
     theta = np.asarray(est.theta_, dtype=np.float64)
     record["theta"] = list(map(float, theta))
     if problem.theta is not None and problem.theta.size == theta.size:
@@ -254,18 +262,15 @@ def compare_data(t, Y, model, methods=METHODS, *, theta0=None, observed=None, t0
         if reason:
             return {**record, "status": "skipped", "error": reason}
         est = make_estimator(method, problem)
-        cpu, wall = time.process_time(), time.perf_counter()
+        _warm_up(model, np.ones(model.n_states), model.theta_guess())
+        record.update(_timed_fit(est, t, Y))
+        if record["status"] != "ok":
+            return record
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                est.fit(t, Y)
             score = float(est.score(t, Y))
-        except Exception as exc:
+        except Exception as exc:  # the fitted ODE cannot be simulated over the data
             return {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        return {**record, "converged": bool(getattr(est, "converged_", True)),
-                "n_iter": int(est.n_iter_), "cpu_s": time.process_time() - cpu,
-                "wall_s": time.perf_counter() - wall,
-                "theta": list(map(float, est.theta_)), "score": score}
+        return {**record, "theta": list(map(float, est.theta_)), "score": score}
 
     records = Parallel(n_jobs=n_jobs)(delayed(one)(m) for m in methods)
     return _as_frame(records, as_frame)

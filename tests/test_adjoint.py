@@ -10,7 +10,7 @@ import torch
 from numpy.testing import assert_allclose
 
 from sklode import AdjointODE, IntegrationError, ODEModel
-from sklode.baselines import NUMPY_RHS, least_squares_fit
+from sklode.baselines import least_squares_like_adjoint
 from sklode.datasets import adjoint_settings, get_problem, make_trajectory
 from sklode.estimators.adjoint import LeastSquaresObjective
 from sklode.exceptions import ConvergenceWarning
@@ -31,16 +31,10 @@ class Robertson(ODEModel):
                            dim=-1)
 
 
-def _objective(problem, Y, **overrides):
-    kw = adjoint_settings(problem)
-    kw.update(overrides)
-    est = AdjointODE(problem.model, **kw)
-    sigma = est._sigma(Y)
-    prior, invariant = est._extra_terms(problem.model.n_states)
-    return LeastSquaresObjective(
-        problem.model, problem.t0, problem.t, Y, sigma, problem.observed, kw["x0"],
-        kw["theta0"], estimate_x0=kw.get("estimate_x0", True), prior=prior,
-        invariant=invariant, positive=False, integrator="LSODA", rtol=1e-11, atol=1e-9)
+def _objective(problem, Y):
+    """The fit's own cost and start, solved at rtol 1e-11 for finite differences."""
+    est = AdjointODE(problem.model, rtol=1e-11, atol=1e-9, **adjoint_settings(problem))
+    return est._objective(problem.t, Y, problem.observed)
 
 
 def _central_differences(cost, u, rel_step=1e-5):
@@ -57,8 +51,8 @@ def _central_differences(cost, u, rel_step=1e-5):
 def test_seird_gradients_match_finite_differences(name):
     problem = get_problem(name)
     Y = make_trajectory(name, random_state=0).Y
-    obj = _objective(problem, Y)
-    u = obj.to_u(np.concatenate([obj.x0_fixed[: obj.n_x0], problem.theta_init])) * 1.02
+    obj, u0 = _objective(problem, Y)
+    u = u0 * 1.02
     fd = _central_differences(obj.cost, u)
     _, g_adj = obj.value_and_grad(u, "adjoint")
     _, g_fwd = obj.value_and_grad(u, "forward")
@@ -94,23 +88,6 @@ def test_lorenz96_gradients_with_partial_observation_match_finite_differences():
     assert_allclose(g_fwd, fd, rtol=1e-6, atol=1e-6 * scale)
 
 
-def _baseline(problem, Y):
-    """scipy least_squares (FD Jacobian, numpy vector field) on exactly the same cost."""
-    kw = adjoint_settings(problem)
-    extra = None
-    if kw.get("x0_prior") is not None:
-        s0, s0_sigma = kw["x0_prior"], kw["x0_prior_sigma"]
-
-        def extra(x):
-            return np.r_[(x - s0) / s0_sigma, np.sqrt(1e-4) * (x.sum() - 1e5)]
-
-    return least_squares_fit(problem.model, problem.t, Y, problem.theta_init, kw["x0"],
-                             t0=problem.t0, observed=problem.observed,
-                             estimate_x0=kw.get("estimate_x0", True),
-                             weights=problem.noise * np.abs(Y), extra=extra,
-                             fun=NUMPY_RHS["seird"])
-
-
 @pytest.mark.parametrize("name", ["seird", "seird_e3", "seird_e4c"])
 @pytest.mark.parametrize("optimizer", ["trf", "bfgs"])
 def test_seird_examples_reach_the_least_squares_optimum(name, optimizer):
@@ -119,7 +96,7 @@ def test_seird_examples_reach_the_least_squares_optimum(name, optimizer):
         Y = make_trajectory(name, random_state=seed).Y
         est = AdjointODE(problem.model, optimizer=optimizer, **adjoint_settings(problem))
         est.fit(problem.t, Y)
-        ref = _baseline(problem, Y)
+        ref = least_squares_like_adjoint(problem, Y)
         assert est.converged_
         # The issue's bar: the same optimum as scipy within 1e-6 relative cost.
         assert est.loss_history_[-1] <= ref.cost * (1 + 1e-6)
@@ -142,7 +119,7 @@ def test_every_optimizer_converges_on_example_2(optimizer):
     est = AdjointODE(problem.model, optimizer=optimizer, **adjoint_settings(problem))
     est.fit(problem.t, Y)
     assert est.converged_
-    ref = _baseline(problem, Y)
+    ref = least_squares_like_adjoint(problem, Y)
     # CG stops when the cost stalls at 1e-10 relative or the gradient fell 1e-5: the cost
     # is then within 1e-8 of the optimum (measured ~1e-10); 1e-6 is the issue's bar.
     assert est.loss_history_[-1] <= ref.cost * (1 + 1e-6)

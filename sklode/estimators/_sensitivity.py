@@ -63,14 +63,18 @@ class Trajectory:
         The solution at the observation times.
     dense : callable or None
         Dense output, ``dense(t) -> (n_states, len(t))``; None when every observation is at t0.
+    x0 : ndarray (n_states,)
+    n_evaluations : int
+        Vector-field evaluations of the forward solve.
     """
 
-    def __init__(self, grid, obs_index, states, dense, x0):
+    def __init__(self, grid, obs_index, states, dense, x0, n_evaluations):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
         self.dense = dense
         self.x0 = x0
+        self.n_evaluations = n_evaluations
 
 
 def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
@@ -84,22 +88,17 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
     t_end = float(t_obs[-1])
     if t_end <= t0:  # every observation at t0: nothing to integrate
         grid = np.array([t0])
-        traj = Trajectory(grid, np.zeros(t_obs.size, dtype=int),
-                          np.tile(x0, (t_obs.size, 1)), None, x0)
-        traj.n_evaluations = 0
-        return traj
+        return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
+                          np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
     sol = solve(model, theta, x0, (t0, t_end), t_eval=t_obs[t_obs > t0], integrator=integrator,
                 rtol=rtol, atol=atol, dense_output=True, max_evaluations=max_evaluations)
-    traj_evals = sol.nfev
     states = np.empty((t_obs.size, x0.size))
     states[t_obs <= t0] = x0
     states[t_obs > t0] = sol.y.T
     grid = np.union1d(np.union1d(sol.sol.ts, t_obs), [t0])
     grid = grid[grid >= t0]
     obs_index = np.searchsorted(grid, t_obs)
-    traj = Trajectory(grid, obs_index, states, sol.sol, x0)
-    traj.n_evaluations = traj_evals
-    return traj
+    return Trajectory(grid, obs_index, states, sol.sol, x0, n_evaluations=sol.nfev)
 
 
 # ----------------------------------------------------------------------------- stage algebra

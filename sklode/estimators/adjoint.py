@@ -462,6 +462,21 @@ class AdjointODE(ODEEstimatorBase):
             upper[n_x0:] = hi / objective.scale[n_x0:]
         return lower, upper
 
+    def _objective(self, t, Y, observed):
+        """The cost for sorted, validated ``(t, Y)`` and its starting point ``u0``."""
+        t0 = float(t[0]) if self.t0 is None else float(self.t0)
+        if t0 > t[0]:
+            raise ValueError(f"t0={t0} is after the first observation time {t[0]}; x0 must "
+                             "be the state at or before the data.")
+        theta0 = self._initial_theta()
+        x0 = self._start_state(t, Y, observed, t0)
+        prior, invariant = self._extra_terms(self.model.n_states)
+        objective = LeastSquaresObjective(
+            self.model, t0, t, Y, self._sigma(Y), observed, x0, theta0,
+            estimate_x0=self.estimate_x0, prior=prior, invariant=invariant,
+            positive=self.positive, integrator=self.integrator, rtol=self.rtol, atol=self.atol)
+        return objective, objective.to_u(np.concatenate([x0[: objective.n_x0], theta0]))
+
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, t, Y):
@@ -484,18 +499,7 @@ class AdjointODE(ODEEstimatorBase):
         model = self.model
         observed = self._observed_indices() if hasattr(model, "n_states") else ()
         t, Y, meta = self._validate_training_data(t, Y, observed)
-        t0 = float(t[0]) if self.t0 is None else float(self.t0)
-        if t0 > t[0]:
-            raise ValueError(f"t0={t0} is after the first observation time {t[0]}; x0 must "
-                             "be the state at or before the data.")
-        theta0 = self._initial_theta()
-        x0 = self._start_state(t, Y, observed, t0)
-        prior, invariant = self._extra_terms(model.n_states)
-        objective = LeastSquaresObjective(
-            model, t0, t, Y, self._sigma(Y), observed, x0, theta0,
-            estimate_x0=self.estimate_x0, prior=prior, invariant=invariant,
-            positive=self.positive, integrator=self.integrator, rtol=self.rtol, atol=self.atol)
-        u0 = objective.to_u(np.concatenate([x0[: objective.n_x0], theta0]))
+        objective, u0 = self._objective(t, Y, observed)
         bounds = self._theta_bounds(objective)
         if bounds is not None:  # start strictly inside the box
             span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
@@ -503,6 +507,7 @@ class AdjointODE(ODEEstimatorBase):
         try:
             start_traj = objective._evaluate(u0)[0]
         except IntegrationError as exc:
+            x0, theta0 = objective.split(objective.to_z(u0))
             raise IntegrationError(
                 f"AdjointODE cannot start: the ODE fails at the initial guess theta0="
                 f"{theta0}, x0={x0}. {exc}", t_reached=exc.t_reached) from exc
@@ -525,7 +530,7 @@ class AdjointODE(ODEEstimatorBase):
                                f"Increase max_iter (now {self.max_iter}), loosen tol (now "
                                f"{self.tol}) or try optimizer='trf'.")
         return self._set_fitted(
-            theta_=theta, x0_=x0_fit, t0_=t0, theta_cov_=theta_cov,
+            theta_=theta, x0_=x0_fit, t0_=objective.t0, theta_cov_=theta_cov,
             theta_stderr_=np.sqrt(np.clip(np.diag(theta_cov), 0, None)).reshape(p),
             x0_stderr_=x0_stderr, loss_history_=history["loss"],
             grad_norm_history_=history["grad"], n_iter_=int(result["n_iter"]),
