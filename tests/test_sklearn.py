@@ -67,11 +67,12 @@ def _expected_failures(estimator):
         expected["check_estimators_nan_inf"] = (
             "uses 10 samples; WENDy's 6th-order noise filter needs at least 16 (raises a "
             "ValueError saying so, tested in test_wendy.py)")
-        expected["check_regressors_train"] = (
-            "its y is standardised noise, to which WENDy fits a growth rate of ~10 per unit "
-            "time (b = -9.99) over 5.6 time units; predict then raises IntegrationError on "
-            "the blow-up, a loud failure by design (a fit on meaningful data is tested "
-            "below, and train-score behaviour by the ODE-aware tests)")
+        for name in ("check_regressors_train", "check_regressor_data_not_an_array"):
+            expected[name] = (
+                "its y is standardised noise on random times, to which WENDy's OLS fits a "
+                "growth rate of ~10 per time unit (b = -9.99) over 5.4 time units; predict "
+                "then raises IntegrationError on the blow-up, a loud failure by design (fits "
+                "on meaningful data are tested below and in test_wendy.py)")
     return expected
 
 
