@@ -179,9 +179,10 @@ def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estima
 def least_squares_like_adjoint(problem, Y, *, numpy_rhs=True, **kwargs):
     """scipy ``least_squares`` on exactly the cost ``AdjointODE`` minimises for ``problem``.
 
-    The weights, x0 prior and conservation penalty come from
-    :func:`sklode.datasets.adjoint_settings`, so the optimum is the one an
-    ``AdjointODE(problem.model, **adjoint_settings(problem))`` fit should reach.
+    The weights, x0 prior and conservation penalty are those of the objective of
+    ``AdjointODE(problem.model, **adjoint_settings(problem))``
+    (:func:`sklode.datasets.adjoint_settings`), so the optimum is the one that fit should
+    reach.
 
     Parameters
     ----------
@@ -199,25 +200,16 @@ def least_squares_like_adjoint(problem, Y, *, numpy_rhs=True, **kwargs):
     LeastSquaresResult
     """
     from .datasets import adjoint_settings
+    from .estimators.adjoint import AdjointODE
 
-    kw = adjoint_settings(problem)
-    sigma = np.asarray(kw.get("sigma", 1.0), dtype=np.float64)
-    weights = sigma * np.abs(Y) if kw.get("sigma_kind") == "relative" else \
-        np.broadcast_to(sigma, np.shape(Y))
-    terms = []  # residuals of x0 appended to the data misfit, as AdjointODE orders them
-    if kw.get("estimate_x0", True) and kw.get("x0_prior") is not None:
-        s0, s0_sigma = kw["x0_prior"], kw["x0_prior_sigma"]
-        terms.append(lambda x: (x - s0) / s0_sigma)
-    if kw.get("estimate_x0", True) and kw.get("invariant") is not None:
-        c, total = kw["invariant"]
-        root_k = np.sqrt(kw.get("invariant_weight", 1e-4))
-        terms.append(lambda x: [root_k * (np.asarray(c) @ x - total)])
-
-    def extra(x):
-        return np.concatenate([np.ravel(term(x)) for term in terms])
-
-    return least_squares_fit(problem.model, problem.t, Y, problem.theta_init, kw["x0"],
-                             t0=problem.t0, observed=problem.observed,
-                             estimate_x0=kw.get("estimate_x0", True), weights=weights,
-                             extra=extra if terms else None, fun=NUMPY_RHS.get(problem.name) if numpy_rhs else None,
-                             **kwargs)
+    # The weights and the x0 terms are the objective's own, so the two costs cannot drift.
+    est = AdjointODE(problem.model, **adjoint_settings(problem))
+    objective, _ = est._objective(problem.t, np.asarray(Y, dtype=np.float64),
+                                  tuple(problem.observed))
+    has_extra = objective.extra_terms(objective.x0_fixed)[0].size > 0
+    return least_squares_fit(problem.model, problem.t, Y, est._initial_theta(),
+                             objective.x0_fixed, t0=problem.t0, observed=problem.observed,
+                             estimate_x0=objective.estimate_x0, weights=objective.sigma,
+                             extra=(lambda x: objective.extra_terms(x)[0]) if has_extra
+                             else None,
+                             fun=NUMPY_RHS.get(problem.name) if numpy_rhs else None, **kwargs)

@@ -32,8 +32,7 @@ class ShootingODE(ODEEstimatorBase):
         return 3
 
     def fit(self, t, Y):
-        observed = tuple(range(self.model.n_states))
-        t, Y, meta = self._validate_training_data(t, Y, observed)
+        t, Y, meta = self._validate_training_data(t, Y)  # every state; meta has observed_
         theta0 = self.model.theta_guess() if self.theta0 is None else np.asarray(self.theta0)
         res = least_squares_fit(self.model, t, Y, theta0, Y[0], max_nfev=self.max_nfev)
         if not np.all(np.isfinite(res.theta)) or res.cost > 1e15:
@@ -41,7 +40,7 @@ class ShootingODE(ODEEstimatorBase):
         if not res.success:
             warn_not_converged(self, res.nfev, res.message, "Increase max_nfev.")
         return self._set_fitted(theta_=res.theta, x0_=res.x0, t0_=t[0], n_iter_=res.nfev,
-                                observed_=observed, converged_=res.success, **meta)
+                                converged_=res.success, **meta)
 
 
 @pytest.fixture(scope="module")

@@ -58,29 +58,30 @@ class ODEEstimatorBase(RegressorMixin, BaseEstimator):
         """Fewest time points the method accepts (subclasses may need more)."""
         return 2
 
-    def _validate_training_data(self, t, Y, observed):
+    def _validate_training_data(self, t, Y, observed=None):
         """Check the model and ``(t, Y)``; return sorted copies and the fit-time metadata.
 
         Parameters
         ----------
         t, Y : as given to ``fit``
-        observed : tuple of int
-            Indices of the states that Y's columns hold.
+        observed : tuple of int, optional
+            Indices of the states that Y's columns hold; None: every state.
 
         Returns
         -------
         t_sorted, Y_sorted : ndarray
         meta : dict
-            ``n_features_in_``, and ``feature_names_in_`` when ``t`` is a DataFrame, plus the
-            private ``_y_ndim``; pass it on to :meth:`_set_fitted`.
+            ``n_features_in_``, ``observed_``, and ``feature_names_in_`` when ``t`` is a
+            DataFrame, plus the private ``_y_ndim``; pass it on to :meth:`_set_fitted`.
         """
         model = check_model(self.model)
+        observed = tuple(range(model.n_states)) if observed is None else tuple(observed)
         names = tuple(model.state_names[i] for i in observed)
         t_sorted, Y_sorted, y_ndim, feature_names = check_trajectory(
             t, Y, n_observed=len(observed), observed_names=names,
             min_samples=self._min_samples(), estimator_name=type(self).__name__,
         )
-        meta = {"n_features_in_": 1, "_y_ndim": y_ndim}
+        meta = {"n_features_in_": 1, "observed_": observed, "_y_ndim": y_ndim}
         if feature_names is not None:
             meta["feature_names_in_"] = feature_names
         return t_sorted, Y_sorted, meta

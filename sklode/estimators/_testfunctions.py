@@ -213,17 +213,18 @@ def select_min_radius(t, U, sigma=None, max_radius_steps=None):
     w_half = np.zeros(n)
     w_half[::2] = trapezoid_weights(t[::2])
     dw = w_full - w_half
+    mean_sigma2 = None if sigma is None else float(np.mean(np.asarray(sigma) ** 2))
     errors = []
     for m in candidates:
         radius = m * dt
-        centres = _centres(t, radius, min(64, n))
+        centres = _centres(t, radius, min(_CENTRES_PER_SCALE, n))
         _, dpsi = bump_rows(t, centres, radius)
-        diff = dpsi @ (dw[:, None] * U)
+        weighted = dpsi @ sp.diags(dw)  # row k: the quadrature difference's weights
+        diff = weighted @ U
         mean_square = np.mean(diff**2)
         if sigma is not None:
             # E diff[k, l]^2 = sigma_l^2 sum_n (dpsi[k, n] dw_n)^2 for white noise alone
-            weights = np.asarray((dpsi @ sp.diags(dw)).multiply(dpsi @ sp.diags(dw)).sum(axis=1))
-            noise_square = np.mean(weights) * np.mean(np.asarray(sigma) ** 2)
+            noise_square = weighted.multiply(weighted).sum() / dpsi.shape[0] * mean_sigma2
             if mean_square <= (1.2 + 3.0 * np.sqrt(2.0 / diff.size)) * noise_square:
                 return float(m * dt)
         errors.append(np.sqrt(mean_square) + 1e-300)

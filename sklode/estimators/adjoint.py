@@ -135,16 +135,29 @@ class LeastSquaresObjective:
             traj = forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
                                       max_evaluations=self.max_evaluations)
             data = (traj.states[:, self.observed] - self.Y) / self.sigma
-            extra = []
-            if self.estimate_x0 and self.prior is not None:
-                s0, sigma0 = self.prior
-                extra.append((x0 - s0) / sigma0)
-            if self.estimate_x0 and self.invariant is not None:
-                c, total, k = self.invariant
-                extra.append([np.sqrt(k) * (c @ x0 - total)])
-            r = np.concatenate([data.ravel()] + [np.ravel(e) for e in extra])
+            r = np.concatenate([data.ravel(), self.extra_terms(x0)[0]])
             self._cache_key, self._cache = key, (traj, data, r, x0, theta)
         return self._cache
+
+    def extra_terms(self, x0):
+        """Residuals of the x0 prior and of the invariant penalty (when x0 is estimated),
+        and their Jacobian with respect to x0 (constant: both are affine in x0).
+
+        Returns
+        -------
+        r : ndarray (n_extra,)
+        J : ndarray (n_extra, n_states)
+        """
+        r, J = [np.zeros(0)], [np.zeros((0, self.n_states))]
+        if self.estimate_x0 and self.prior is not None:
+            s0, sigma0 = self.prior
+            r.append((x0 - s0) / sigma0)
+            J.append(np.diag(1.0 / np.broadcast_to(sigma0, x0.shape)))
+        if self.estimate_x0 and self.invariant is not None:
+            c, total, k = self.invariant
+            r.append([np.sqrt(k) * (c @ x0 - total)])
+            J.append(np.sqrt(k) * c[None, :])
+        return np.concatenate(r), np.vstack(J)
 
     def residual(self, u):
         return self._evaluate(u)[2]
@@ -155,12 +168,7 @@ class LeastSquaresObjective:
             return self.residual(u)
         except IntegrationError as exc:
             logger.debug("trial point rejected: %s", exc)
-            return np.full(self.Y.size + self._n_extra(), np.nan)
-
-    def _n_extra(self):
-        if not self.estimate_x0:
-            return 0
-        return (self.n_states if self.prior is not None else 0) + (self.invariant is not None)
+            return np.full(self.Y.size + self.extra_terms(self.x0_fixed)[0].size, np.nan)
 
     def cost(self, u):
         r = self.residual(u)
@@ -173,17 +181,10 @@ class LeastSquaresObjective:
         self.n_derivative += 1
         S = sensitivities(self.model, theta, traj, with_x0=self.estimate_x0)
         J_data = S[:, self.observed, :] / self.sigma[:, :, None]
-        blocks = [J_data.reshape(-1, S.shape[-1])]
-        if self.estimate_x0 and self.prior is not None:
-            block = np.zeros((self.n_states, S.shape[-1]))
-            block[:, : self.n_x0] = np.diag(1.0 / np.broadcast_to(self.prior[1], x0.shape))
-            blocks.append(block)
-        if self.estimate_x0 and self.invariant is not None:
-            c, _, k = self.invariant
-            block = np.zeros((1, S.shape[-1]))
-            block[0, : self.n_x0] = np.sqrt(k) * c
-            blocks.append(block)
-        return np.vstack(blocks)
+        J_extra = self.extra_terms(x0)[1]  # no rows unless x0 is estimated
+        block = np.zeros((J_extra.shape[0], S.shape[-1]))
+        block[:, : self.n_x0] = J_extra[:, : self.n_x0]
+        return np.vstack([J_data.reshape(-1, S.shape[-1]), block])
 
     def jacobian(self, u):
         return self.jacobian_z(u) * self.dz_du(u)[None, :]
@@ -197,12 +198,8 @@ class LeastSquaresObjective:
         jumps = np.zeros((self.t.size, self.n_states))
         jumps[:, self.observed] = data / self.sigma
         g_x0, g_theta = adjoint_gradient(self.model, theta, traj, jumps)
-        if self.estimate_x0 and self.prior is not None:
-            s0, sigma0 = self.prior
-            g_x0 = g_x0 + (x0 - s0) / np.asarray(sigma0) ** 2
-        if self.estimate_x0 and self.invariant is not None:
-            c, total, k = self.invariant
-            g_x0 = g_x0 + k * (c @ x0 - total) * c
+        r_extra, J_extra = self.extra_terms(x0)
+        g_x0 = g_x0 + J_extra.T @ r_extra
         g_z = np.concatenate([g_x0[: self.n_x0], g_theta])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)
 
@@ -536,7 +533,7 @@ class AdjointODE(ODEEstimatorBase):
             grad_norm_history_=history["grad"], n_iter_=int(result["n_iter"]),
             n_solves_=objective.n_forward + objective.n_derivative,
             converged_=bool(result["converged"]), optimizer_message_=str(result["message"]),
-            observed_=observed, **meta)
+            **meta)
 
     def _log(self, history, loss, grad):
         history["loss"].append(float(loss))
@@ -587,7 +584,7 @@ class AdjointODE(ODEEstimatorBase):
                 options.update(gtol=gtol / np.sqrt(u0.size), ftol=1e-15)
             res = minimize(fg, u0, jac=True, method="BFGS" if name == "bfgs" else "L-BFGS-B",
                            bounds=None if bounds is None else list(zip(*bounds)),
-                           options=options, callback=lambda u: callback(u))
+                           options=options, callback=callback)
         # A line search that fails ("precision loss") once the gradient has dropped by 1e-5
         # has hit the accuracy of a cost computed by an ODE solver, not a wrong turn: the seed
         # reports the same floor for CG ("does not admit eps < 1e-5"). Count it as converged.

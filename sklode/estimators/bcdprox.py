@@ -354,8 +354,7 @@ class BCDProxODE(ODEEstimatorBase):
         self : BCDProxODE
         """
         model = self.model
-        observed = tuple(range(getattr(model, "n_states", 0)))
-        t, Y, meta = self._validate_training_data(t, Y, observed)
+        t, Y, meta = self._validate_training_data(t, Y)
         theta0 = self._initial_theta()
         res = bcd_prox_solve(model, t, Y, theta0, lam=self.lam, order=self.order,
                              solver=self.solver, acceleration=self.acceleration,
@@ -379,4 +378,4 @@ class BCDProxODE(ODEEstimatorBase):
         return self._set_fitted(
             theta_=res.theta, states_=res.states, x0_=x0, t0_=float(t[0]),
             predicted_states_=predicted, fidelity_history_=list(res.fidelity_history),
-            n_iter_=res.n_iter, converged_=res.converged, observed_=observed, **meta)
+            n_iter_=res.n_iter, converged_=res.converged, **meta)

@@ -16,7 +16,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..exceptions import IntegrationError
 from ..integrate import simulate, solve
 from ._base import ODEEstimatorBase, is_linear_on_data, warn_not_converged
-from ._testfunctions import is_uniform, select_min_radius, test_function_matrices
+from ._testfunctions import (
+    _MAX_TEST_FUNCTIONS,
+    is_uniform,
+    select_min_radius,
+    test_function_matrices,
+)
 
 __all__ = ["WENDyODE", "estimate_noise"]
 
@@ -143,8 +148,9 @@ def _shoot_initial_state(model, theta, t, Y, x0):
     one system: one solve per Jacobian instead of ``n_states``, and the members share one
     step sequence, so the differences carry no step-size noise. The loop stops once a step
     changes the cost by less than 1 % of one residual's noise variance (the x0 then moves
-    by well under a tenth of its standard error). rtol 1e-6 is far below the noise the fit
-    averages; trial states that blow up get a huge residual. When the smoothed start itself
+    by well under a tenth of its standard error); integration is at ``_SHOOT_RTOL`` and at
+    most ``_SHOOT_MAX_EVALUATIONS`` trial states are tried. Trial states that blow up get a
+    huge residual. When the smoothed start itself
     blows up (logistic growth from 0.01 at 10 % noise smooths to a negative x0, and a
     constant penalty has no gradient to leave it), the start is the data's mean over the
     last 5 window samples integrated back to ``t[0]``. The exact sensitivity Jacobian was
@@ -226,7 +232,8 @@ def _sw_pvalue(residual):
 
 
 def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=100,
-                min_radius=None, n_scales=4, max_test_functions=128, bounds=None, verbose=0):
+                min_radius=None, n_scales=4, max_test_functions=_MAX_TEST_FUNCTIONS,
+                bounds=None, verbose=0):
     """WENDy: OLS start, then iteratively reweighted least squares on the weak form.
 
     Returns
@@ -252,8 +259,7 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         def jacobian(theta):
             return G
 
-        def solve_weighted(Lc, theta_prev):
-            Gw = solve_triangular(Lc, G, lower=True)
+        def solve_weighted(Lc, theta_prev, Gw):
             bw = solve_triangular(Lc, b, lower=True)
             theta = np.linalg.lstsq(Gw, bw, rcond=None)[0]
             return theta, Gw @ theta - bw
@@ -268,7 +274,7 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
 
         lb, ub = (-np.inf, np.inf) if bounds is None else bounds
 
-        def solve_weighted(Lc, theta_prev):
+        def solve_weighted(Lc, theta_prev, Gw=None):  # Gw: only the linear path's
             res = least_squares(
                 lambda th: solve_triangular(Lc, residual(th), lower=True), theta_prev,
                 jac=lambda th: solve_triangular(Lc, jacobian(th), lower=True),
@@ -295,7 +301,7 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     for n_iter in range(1, max_iter + 1):
         Lc = whitening(theta)
         history.append(assess(theta, Lc))
-        theta_new, white_res = solve_weighted(Lc, theta)
+        theta_new, white_res = solve_weighted(Lc, theta, history[-1][2])
         if not np.all(np.isfinite(theta_new)):
             raise FloatingPointError(
                 f"WENDy iterates became non-finite at iteration {n_iter}; the data may not "
@@ -478,8 +484,7 @@ class WENDyODE(ODEEstimatorBase):
         self : WENDyODE
         """
         model = self.model
-        observed = tuple(range(getattr(model, "n_states", 0)))
-        t, Y, meta = self._validate_training_data(t, Y, observed)
+        t, Y, meta = self._validate_training_data(t, Y)
         theta0 = self._initial_theta()
         linear = is_linear_on_data(model, t, Y)
         bounds = None
@@ -516,4 +521,4 @@ class WENDyODE(ODEEstimatorBase):
             sigma_=res.sigma, theta_ols_=res.theta_ols, x0_=x0, t0_=float(t[0]),
             n_iter_=res.n_iter, converged_=res.converged, stop_reason_=res.stop_reason,
             n_test_functions_=res.n_test_functions, radii_=list(res.radii),
-            observed_=observed, **meta)
+            **meta)
