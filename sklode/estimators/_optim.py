@@ -81,6 +81,11 @@ def nonlinear_cg(fun_and_grad, x0, *, update="pr", gtol=1e-8, max_iter=1000, cal
             cache[key] = fun_and_grad(x)
         return cache[key]
 
+    def search(x, d, f, g, f_old):
+        """Strong-Wolfe step length along d (None when the search fails)."""
+        return line_search(lambda z: evaluate(z)[0], lambda z: evaluate(z)[1], x, d, gfk=g,
+                           old_fval=f, old_old_fval=f_old, c2=_C2, maxiter=20)[0]
+
     x = np.array(x0, dtype=np.float64)
     f, g = evaluate(x)
     d = -g
@@ -99,13 +104,10 @@ def nonlinear_cg(fun_and_grad, x0, *, update="pr", gtol=1e-8, max_iter=1000, cal
             break
         if g @ d >= 0:  # not a descent direction: restart along -g
             d, f_old = -g, f + np.linalg.norm(g) / 2
-        alpha, *_ = line_search(lambda z: evaluate(z)[0], lambda z: evaluate(z)[1], x, d,
-                                gfk=g, old_fval=f, old_old_fval=f_old, c2=_C2, maxiter=20)
+        alpha = search(x, d, f, g, f_old)
         if alpha is None and not np.array_equal(d, -g):
             d = -g  # a failed search along a CG direction: retry once along -g
-            alpha, *_ = line_search(lambda z: evaluate(z)[0], lambda z: evaluate(z)[1], x, d,
-                                    gfk=g, old_fval=f, old_old_fval=f + np.linalg.norm(g) / 2,
-                                    c2=_C2, maxiter=20)
+            alpha = search(x, d, f, g, f + np.linalg.norm(g) / 2)
         if alpha is None:
             message = "line search found no step satisfying the Wolfe conditions"
             nit -= 1

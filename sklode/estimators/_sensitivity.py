@@ -123,6 +123,21 @@ def _stage_operator(h, M):
     return np.eye(s * n) - h[:, None, None] * blocks
 
 
+def _neumann_series(r, apply):
+    """Solve ``x = r + apply(x)`` by fixed-point sweeps; None when they do not converge to
+    round-off within 100 sweeps or start to diverge (the caller then solves densely)."""
+    x = r.copy()
+    scale = np.max(np.abs(r)) + 1e-300
+    for _ in range(100):
+        x_new = r + apply(x)
+        if np.max(np.abs(x_new - x)) <= 1e-15 * scale:
+            return x_new
+        x = x_new
+        if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > 1e12 * scale:
+            return None
+    return None
+
+
 class _StageSolver:
     """Solve ``K x = r`` (or ``K^T x = r``) for one chunk of steps.
 
@@ -156,16 +171,9 @@ class _StageSolver:
             K_inv = self.inv[k].T if transpose else self.inv[k]
             flat = r.reshape(K_inv.shape[0], -1)
             return (K_inv @ flat).reshape(r.shape)
-        x = r.copy()
-        scale = np.max(np.abs(r)) + 1e-300
-        for _ in range(100):
-            step = self._apply_blocks(k, x, transpose)
-            x_new = r + step
-            if np.max(np.abs(x_new - x)) <= 1e-15 * scale:
-                return x_new
-            x = x_new
-            if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > 1e12 * scale:
-                break
+        x = _neumann_series(r, lambda x: self._apply_blocks(k, x, transpose))
+        if x is not None:
+            return x
         K = _stage_operator(self.h[k:k + 1], self.M[k:k + 1])[0]
         K = K.T if transpose else K
         return np.linalg.solve(K, r.reshape(K.shape[0], -1)).reshape(r.shape)
@@ -189,15 +197,9 @@ class _MatrixFreeStages:
 
     def solve(self, k, r, transpose=True):
         hk = self.h[k]
-        w = r.copy()
-        scale = np.max(np.abs(r)) + 1e-300
-        for _ in range(100):
-            w_new = r + hk * self.transpose_times(k, GAUSS_A.T @ w)
-            if np.max(np.abs(w_new - w)) <= 1e-15 * scale:
-                return w_new
-            w = w_new
-            if not np.all(np.isfinite(w)) or np.max(np.abs(w)) > 1e12 * scale:
-                break
+        w = _neumann_series(r, lambda w: hk * self.transpose_times(k, GAUSS_A.T @ w))
+        if w is not None:
+            return w
         M = self.model.jac_x(self.times[k], self.x[k], self.theta)
         return _StageSolver(self.h[k:k + 1], M[None]).solve(0, r, transpose=True)
 
@@ -310,14 +312,14 @@ def adjoint_gradient(model, theta, traj, jumps):
             for k in range(hi - lo - 1, -1, -1):
                 cotangents[k] = C[k] @ lam
                 lam = Q[k] @ lam + g[lo + k]
-            grad_theta += model.vjp(times, x, theta, cotangents)[1]
-            continue
-        for k in range(hi - lo - 1, -1, -1):
-            hk = h[k]
-            r = GAUSS_B[:, None] * stages.transpose_times(k, np.broadcast_to(lam, (_STAGES, n)))
-            w = stages.solve(k, r, transpose=True)
-            cotangents[k] = hk * (GAUSS_B[:, None] * lam[None] + hk * (GAUSS_A.T @ w))
-            lam = lam + hk * w.sum(axis=0) + g[lo + k]
+        else:
+            for k in range(hi - lo - 1, -1, -1):
+                hk = h[k]
+                r = GAUSS_B[:, None] * stages.transpose_times(
+                    k, np.broadcast_to(lam, (_STAGES, n)))
+                w = stages.solve(k, r, transpose=True)
+                cotangents[k] = hk * (GAUSS_B[:, None] * lam[None] + hk * (GAUSS_A.T @ w))
+                lam = lam + hk * w.sum(axis=0) + g[lo + k]
         # theta enters only through f_theta at the nodes: one batched reverse pass per chunk.
         grad_theta += model.vjp(times, x, theta, cotangents)[1]
     return lam, grad_theta
