@@ -71,12 +71,13 @@ def make_estimator(method, problem, theta0=None):
     raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
 
 
-def _applicable(method, problem):
-    """Why ``method`` cannot fit ``problem`` (None when it can)."""
+def _applicable(method, problem, est):
+    """Why ``method`` (as the estimator ``est``) cannot fit ``problem`` (None when it can)."""
     if method in ("bcdprox", "wendy") and len(problem.observed) < problem.model.n_states:
         return f"{method} needs every state observed; {problem.name} observes {problem.observed}"
-    if method == "wendy" and problem.t.size < 16:
-        return f"wendy needs at least 16 time points; {problem.name} has {problem.t.size}"
+    if problem.t.size < est._min_samples():
+        return (f"{method} needs at least {est._min_samples()} time points; {problem.name} "
+                f"has {problem.t.size}")
     return None
 
 
@@ -127,14 +128,14 @@ def _record(method, problem, trial, seed, theta0, noise=None):
     record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
               "theta0": list(map(float, theta0)), "status": "ok", "error": "",
               "converged": False, "n_iter": 0, "cpu_s": 0.0, "wall_s": 0.0}
-    reason = _applicable(method, problem)
+    est = make_estimator(method, problem, theta0)
+    reason = _applicable(method, problem, est)
     if reason:
         record.update(status="skipped", error=reason)
         return record
     # Named problems reuse their cached clean trajectory; custom ones are simulated here.
     source = problem.name if problem.name in list_problems() else problem
     data = make_trajectory(source, noise=noise, random_state=seed)
-    est = make_estimator(method, problem, theta0)
     _warm_up(problem.model, problem.x0, problem.theta)
     record.update(_timed_fit(est, data.t, data.Y))
     if record["status"] != "ok":
@@ -258,10 +259,10 @@ def compare_data(t, Y, model, methods=METHODS, *, theta0=None, observed=None, t0
 
     def one(method):
         record = {"method": method, "status": "ok", "error": ""}
-        reason = _applicable(method, problem)
+        est = make_estimator(method, problem)
+        reason = _applicable(method, problem, est)
         if reason:
             return {**record, "status": "skipped", "error": reason}
-        est = make_estimator(method, problem)
         _warm_up(model, np.ones(model.n_states), model.theta_guess())
         record.update(_timed_fit(est, t, Y))
         if record["status"] != "ok":

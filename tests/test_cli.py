@@ -24,6 +24,17 @@ def test_demo_fits_every_estimator_and_the_baseline():
     assert all(np.all(np.isfinite(r[1])) for r in rows)
 
 
+def test_demo_skips_what_cannot_fit_a_partially_observed_problem():
+    # SEIRD observes I, R, D only: BCD-prox and WENDy need every state and are skipped (they
+    # used to raise on the 3-column Y); AdjointODE and the baseline minimise the same cost
+    # and must agree (measured to 4 digits; 1e-3 allows for both solvers' tolerances).
+    out = io.StringIO()
+    rows = demo("seird", seed=0, out=out)
+    assert [r[0] for r in rows] == ["adjoint", "least_squares"]
+    assert out.getvalue().count("skipped: ") == 2
+    np.testing.assert_allclose(rows[0][1], rows[1][1], rtol=1e-3)
+
+
 def test_console_entry_point_runs(capsys):
     assert main(["demo", "--problem", "wendy_logistic", "--noise", "0.05"]) == 0
     assert "wendy" in capsys.readouterr().out
