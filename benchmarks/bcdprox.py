@@ -246,9 +246,9 @@ def section_seeds(seeds=10):
     return out
 
 
-SECTIONS = {"seeds": section_seeds, "table": section_table, "lambda": section_lambda, "stop": section_stop,
-            "robustness": section_robustness, "laplace": section_laplace,
-            "scaling": section_scaling}
+SECTIONS = {"seeds": section_seeds, "table": section_table, "lambda": section_lambda,
+            "stop": section_stop, "robustness": section_robustness,
+            "laplace": section_laplace, "scaling": section_scaling}
 
 
 def _seeds_markdown(res):
@@ -273,7 +273,8 @@ def to_markdown(results):
         lines += _seeds_markdown(results["seeds"])
     if "table" in results:
         lines += ["## Paper problems (AB3, λ = 1), medians over seeds", "",
-                  "| problem | method | fits | CPU s | iterations | per-component abs. error of θ̂ | "
+                  "| problem | method | fits | CPU s | iterations | "
+                  "per-component abs. error of θ̂ | "
                   "prediction error | CPU ratio to `bcdprox` |",
                   "|---|---|---|---|---|---|---|---|"]
         for name, res in results["table"].items():
@@ -292,7 +293,8 @@ def to_markdown(results):
         lines.append("")
     if "lambda" in results:
         lines += ["## λ sweep (Rössler, seed 0)", "",
-                  "| tol | λ | iterations | CPU s | θ̂ | estimation error |", "|---|---|---|---|---|---|"]
+                  "| tol | λ | iterations | CPU s | θ̂ | estimation error |",
+                  "|---|---|---|---|---|---|"]
         for tol, res in results["lambda"].items():
             for lam, r in res["runs"].items():
                 th = ", ".join(f"{v:.4f}" for v in r["theta"])
@@ -331,7 +333,8 @@ def to_markdown(results):
         lines.append("")
     if "scaling" in results:
         lines += ["## Cost per iteration, Lorenz-96 d = 40", "",
-                  "| T | unknowns | iterations | CPU s | ms per iteration |", "|---|---|---|---|---|"]
+                  "| T | unknowns | iterations | CPU s | ms per iteration |",
+                  "|---|---|---|---|---|"]
         for T, r in results["scaling"].items():
             if T.isdigit():
                 lines.append(f"| {T} | {r['unknowns']} | {r['n_iter']} | {r['cpu_s']:.2f} | "

@@ -5,7 +5,8 @@ from .adjoint import AdjointODE
 from .bcdprox import BCDProxODE
 from .wendy import WENDyODE
 
-__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "AdjointODE", "BCDProxODE", "WENDyODE"]
+__all__ = ["ODEEstimatorBase", "warn_not_converged", "available_estimators", "AdjointODE",
+           "BCDProxODE", "WENDyODE"]
 
 
 def available_estimators():
