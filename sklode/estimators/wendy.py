@@ -165,13 +165,29 @@ def _shoot_initial_state(model, theta, t, Y, x0):
         X = sol.y.reshape(Z.shape[0], n_states, -1).transpose(0, 2, 1)
         return np.concatenate([Z[:, None, :], X], axis=1)
 
+    # Each residual evaluation integrates the batch [z, z + h e_1, ...] (a batch costs little
+    # more than one solve for small models) and keeps the forward differences: the trust
+    # region asks for the Jacobian at every accepted state right after its residual, so
+    # this halves the solves (FitzHugh-Nagumo: 12.6 -> 7 per fit).
+    cache = {}
+
     def residual(z):
+        h = _FD_STEP * np.maximum(1.0, np.abs(z))
         try:
-            return (trajectories(z[None])[0] - Y).ravel()
-        except IntegrationError:  # steer away from initial states that blow up
-            return np.full(Y.size, _BLOWN_UP)
+            X = trajectories(np.vstack([z, z + np.diag(h)]))
+        except IntegrationError:
+            cache.clear()  # the Jacobian, if asked for, is formed on its own below
+            try:
+                return (trajectories(z[None])[0] - Y).ravel()
+            except IntegrationError:  # steer away from initial states that blow up
+                return np.full(Y.size, _BLOWN_UP)
+        cache["z"] = z.copy()
+        cache["jac"] = ((X[1:] - X[0]) / h[:, None, None]).reshape(n_states, -1).T
+        return (X[0] - Y).ravel()
 
     def jacobian(z):
+        if "z" in cache and np.array_equal(cache["z"], z):
+            return cache["jac"]
         for sign in (1.0, -1.0):  # backward differences if the forward batch blows up
             h = sign * _FD_STEP * np.maximum(1.0, np.abs(z))
             try:
