@@ -88,6 +88,39 @@ def test_jac_theta_equals_central_differences(model, rng):
         assert_allclose(J[..., k], fd, rtol=1e-7, atol=1e-7)  # as above: FD error, not ours
 
 
+@pytest.mark.parametrize("model", ZOO, ids=repr)
+def test_curvature_x_equals_nested_forward_mode(model, rng):
+    x = zoo_point(model, rng)
+    theta = model.theta_guess() + 0.1
+    weights = rng.uniform(0.5, 2.0, model.n_states)
+    weights[0] = 0.0  # a zero weight skips that state
+    curvature = model.curvature_x(0.3, x, theta, weights)
+    xt, tt = torch.from_numpy(x), torch.full(x.shape[:-1], 0.3, dtype=torch.float64)
+    expected = torch.zeros_like(xt)
+    for state in range(1, model.n_states):
+        e = torch.zeros_like(xt)
+        e[:, state] = 1.0
+
+        def slope(y, e=e):
+            return torch.func.jvp(lambda z: model.rhs(tt, z, torch.from_numpy(theta)), (y,),
+                                  (e,))[1]
+
+        expected += weights[state] * torch.func.jvp(slope, (xt,), (e,))[1]
+    # Two exact derivative computations (reverse over reverse vs forward over forward).
+    assert_allclose(curvature, expected.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_curvature_x_is_the_noise_mean_of_a_cubic_field():
+    # FitzHugh-Nagumo's u1^3 term: E[(u + e)^3] - u^3 = 3 sigma^2 u, i.e. half the curvature.
+    model = FitzHughNagumoLinear()
+    x = np.array([[0.7, -0.2], [-1.3, 0.4]])
+    theta = np.array([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])  # f1 = u1^3, f2 = 0
+    sigma2 = np.array([0.04, 0.09])
+    half = 0.5 * model.curvature_x(0.0, x, theta, sigma2)
+    assert_allclose(half[:, 0], 3 * sigma2[0] * x[:, 0], rtol=1e-14)  # exact arithmetic
+    assert_allclose(half[:, 1], 0.0, atol=1e-15)
+
+
 @pytest.mark.parametrize("model", [LotkaVolterra(), Lorenz96(7), FitzHughNagumo()], ids=repr)
 def test_vjp_equals_transposed_jacobians(model, rng):
     x = zoo_point(model, rng)
