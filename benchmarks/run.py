@@ -29,12 +29,26 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _single_thread():
-    """One thread everywhere: CPU seconds are then comparable across methods and machines."""
+    """One thread everywhere: CPU seconds are then comparable across methods and machines.
+
+    threadpoolctl limits only the libraries already loaded, and scipy ships its own OpenBLAS
+    (and torch its own OpenMP), loaded on first import: import everything the benchmarks use
+    first. Before this, scipy's BLAS ran two threads and CPU seconds (which count every
+    thread) came out up to 2x high on small problems.
+    """
+    import scipy.integrate  # noqa: F401
+    import scipy.linalg  # noqa: F401
+    import scipy.optimize  # noqa: F401
     import torch
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import sklode  # noqa: F401
 
     torch.set_num_threads(1)
     threadpool_limits(1)
+    left = [pool["filepath"] for pool in threadpool_info() if pool["num_threads"] != 1]
+    if left:
+        raise RuntimeError(f"thread pools still above one thread: {left}")
 
 
 def run_sections(stem, sections, to_markdown, argv=None):
