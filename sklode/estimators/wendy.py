@@ -502,8 +502,9 @@ class WENDyODE(ODEEstimatorBase):
         At most this many orthonormal test-function combinations (the strongest); the IRLS
         covariance is ``(K n_states)^2``, so the cost grows with its square. 128 loses
         nothing measurable on Lotka-Volterra, FitzHugh-Nagumo or protein transduction;
-        spiking dynamics gain from more (Hindmarsh-Rose at 5 % noise: E2 0.053 -> 0.027
-        with 256, at about 3x the time).
+        spiking dynamics gain a little from more at low noise (Hindmarsh-Rose at 5 %: median
+        E2 0.034 -> 0.031 with 256, at 1.5x the time) and lose at high noise (20 %: 0.44 ->
+        0.76).
     alpha : float, default=1e-10
         Regularisation of the residual covariance (the paper's value).
     tol : float, default=1e-6
