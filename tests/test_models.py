@@ -110,6 +110,20 @@ def test_curvature_x_equals_nested_forward_mode(model, rng):
     assert_allclose(curvature, expected.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
+def _half_linear(t, x, theta):
+    return torch.stack([theta[0] * x[..., 0], x[..., 0] ** 2 + x[..., 1]], dim=-1)
+
+
+def test_curvature_x_of_fields_affine_in_x_is_zero(rng):
+    x = rng.standard_normal((4, 2))
+    decay = FunctionModel(decay_rhs, ("x",), ("k",))
+    assert_allclose(decay.curvature_x(0.0, x[:, :1], [0.5], [1.0]), 0.0, atol=0)
+    # Only x0^2 is curved: d^2/dx0^2 = 2 in the second component, weighted by 3.
+    model = FunctionModel(_half_linear, ("x", "y"), ("k",))
+    expected = np.column_stack([np.zeros(4), np.full(4, 6.0)])
+    assert_allclose(model.curvature_x(0.0, x, [0.5], [3.0, 1.0]), expected, rtol=1e-14)
+
+
 def test_curvature_x_is_the_noise_mean_of_a_cubic_field():
     # FitzHugh-Nagumo's u1^3 term: E[(u + e)^3] - u^3 = 3 sigma^2 u, i.e. half the curvature.
     model = FitzHughNagumoLinear()

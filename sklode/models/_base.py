@@ -226,8 +226,11 @@ class ODEModel:
                 (grad,) = torch.autograd.grad(f, xb, grad_outputs=selector.expand_as(f),
                                               create_graph=True)
                 # grad[i, ..., :] = d f_i / dx; differentiate its component ``state`` again.
-                (second,) = torch.autograd.grad(grad[..., state].sum(), xb, allow_unused=True)
-            if second is not None:  # None: f is linear in this state
+                slope = grad[..., state]
+                if not slope.requires_grad:  # f is affine in x: no second derivative
+                    continue
+                (second,) = torch.autograd.grad(slope.sum(), xb, allow_unused=True)
+            if second is not None:  # None: this slope does not depend on x
                 out = out + float(weights[state]) * second[..., state].movedim(0, -1)
         return out.detach().numpy()
 
