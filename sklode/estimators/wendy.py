@@ -521,13 +521,18 @@ class WENDyODE(ODEEstimatorBase):
         otherwise shrink the coefficients of nonlinear terms: FitzHugh-Nagumo at 20 % noise
         has its cubic coefficient biased by two standard errors. Not in the paper;
         ``False`` is the paper's IRLS.
-    x0 : {"fit", "smooth"}, default="fit"
+    x0 : {"fit", "fit_all", "smooth"}, default="fit"
         How ``x0_`` (the state at the first time, for ``predict``) is obtained; WENDy itself
         does not estimate it. ``"fit"``: least squares of the simulated trajectory against
         the data over ``x0`` with theta fixed, on a window of four smallest test-function
         radii (at most 15 % of the series; a few short batched forward solves, at most 30
-        trial states). ``"smooth"``: a local quadratic fit of the data near ``t0`` (no
-        solve; noisier).
+        trial states). ``"fit_all"``: the same, then refined over the whole series, which
+        lets ``x0_`` absorb the phase drift a small theta error builds up and so predicts
+        better over long series (Lotka-Volterra at 10 % noise: median prediction error
+        0.044 -> 0.009, about 0.1 s more; FitzHugh-Nagumo 0.019 -> 0.011, 0.5 s more), at
+        the cost of solves over the whole series (chaotic or bursting dynamics gain little:
+        Hindmarsh-Rose 0.66 -> 0.63 for 5 s more). ``"smooth"``: a local quadratic fit of
+        the data near ``t0`` (no solve; noisier).
     verbose : int, default=0
 
     Attributes
@@ -577,7 +582,7 @@ class WENDyODE(ODEEstimatorBase):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "bounds": [tuple, None],
         "bias_correction": ["boolean"],
-        "x0": [StrOptions({"smooth", "fit"})],
+        "x0": [StrOptions({"smooth", "fit", "fit_all"})],
         "verbose": ["verbose"],
     }
 
@@ -628,10 +633,10 @@ class WENDyODE(ODEEstimatorBase):
                           max_test_functions=self.max_test_functions, bounds=bounds,
                           bias_correction=self.bias_correction, verbose=self.verbose)
         x0 = _smoothed_x0(t, Y, res.radii[0])
-        if self.x0 == "fit":
+        if self.x0 in ("fit", "fit_all"):
             # Shooting on a short window (four smallest radii, at most 15 % of the series,
             # at least 10 samples): a few cheap solves, and no sensitivity to chaotic
-            # divergence later in the series. rtol 1e-6 is far below the noise it averages.
+            # divergence later in the series.
             window = min(4 * res.radii[0], 0.15 * (t[-1] - t[0]))
             n_win = max(10, int(np.searchsorted(t, t[0] + window)))
             # ... but long enough for the data to move well above the noise: a trajectory
@@ -641,6 +646,9 @@ class WENDyODE(ODEEstimatorBase):
             first_move = int(np.argmax(np.any(moved, axis=1))) if np.any(moved) else t.size
             n_win = min(t.size, max(n_win, first_move + 10))
             x0 = _shoot_initial_state(model, res.theta, t[:n_win], Y[:n_win], x0)
+            if self.x0 == "fit_all" and n_win < t.size:
+                # From the window's x0, which is near the right basin, over everything.
+                x0 = _shoot_initial_state(model, res.theta, t, Y, x0)
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
