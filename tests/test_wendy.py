@@ -134,7 +134,7 @@ def test_bias_correction_removes_the_attenuation_of_the_cubic_term():
     p = get_problem("wendy_fitzhugh_nagumo")
     runs = {False: [], True: []}
     for seed in range(6):
-        d = make_trajectory(p, noise=0.20, random_state=seed)
+        d = make_trajectory("wendy_fitzhugh_nagumo", noise=0.20, random_state=seed)
         for corrected in (False, True):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # an SW stop may warn; the estimate is kept
