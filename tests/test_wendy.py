@@ -15,6 +15,7 @@ from sklode.estimators._testfunctions import test_function_matrices as build_tes
 from sklode.estimators.wendy import (
     _covariance_blocks,
     _inverse_from_cholesky,
+    FeatureGradients,
     _noise_corrected_split,
     _score_bias,
     _whiten,
@@ -107,7 +108,9 @@ def test_score_bias_equals_the_dense_trace():
     dense = [np.sum(_dense_L(Phi, 0 * Phidot, H[:, :, j, :], sigma) * (C_inv @ L))
              for j in range(p)]
     # The same sums in another order: agreement to rounding of O(|c|) terms.
-    assert_allclose(_score_bias(Phi, Phidot, J, H, sigma**2, C_inv), dense, rtol=1e-10)
+    sparse = FeatureGradients.from_dense(H)
+    assert sparse.values.shape[1] == 3 * 3 * 4 - 3 * 4 - 2  # the zeroed slices are dropped
+    assert_allclose(_score_bias(Phi, Phidot, J, sparse, sigma**2, C_inv), dense, rtol=1e-10)
 
 
 def _square_plus_features(t, x, theta):
@@ -124,10 +127,14 @@ def test_noise_corrected_split_removes_the_noise_mean_of_each_feature():
     assert_allclose(g0, U**2 - s2, rtol=1e-13, atol=1e-15)  # exact arithmetic up to rounding
     assert_allclose(G1[:, :, 1], U**3 - 3 * s2 * U, rtol=1e-13, atol=1e-15)
     assert_allclose(G1[:, :, [0, 2]], F1[:, :, [0, 2]], rtol=0, atol=0)
-    # H[n, a, j, l] = d F1[n, a, j] / d x_l: feature b = x^3 gives 3 x^2 on the diagonal.
-    assert_allclose(H[:, 0, 1, 0], 3 * U[:, 0] ** 2, rtol=1e-14)
-    assert_allclose(H[:, 0, 2, 1], 1.0)  # feature c: the other state, linearly
-    assert_allclose(H[:, 0, 2, 0], 0.0)
+    # H[n, a, j, l] = d F1[n, a, j] / d x_l, nonzero slices only: feature a = x gives 1 on
+    # the diagonal, b = x^3 gives 3 x^2 there, c = the other state gives 1 off it.
+    slices = {(a, j, l): H.values[:, k]  # noqa: E741
+              for k, (a, j, l) in enumerate(zip(H.equation, H.param, H.state))}
+    assert sorted(slices) == [(0, 0, 0), (0, 1, 0), (0, 2, 1), (1, 0, 1), (1, 1, 1), (1, 2, 0)]
+    assert_allclose(slices[0, 1, 0], 3 * U[:, 0] ** 2, rtol=1e-14)
+    assert_allclose(slices[1, 1, 1], 3 * U[:, 1] ** 2, rtol=1e-14)
+    assert_allclose(slices[0, 2, 1], 1.0)
 
 
 def test_bias_correction_removes_the_attenuation_of_the_cubic_term():

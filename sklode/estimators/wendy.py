@@ -150,6 +150,29 @@ def _inverse_from_cholesky(Lc):
     return np.tril(inv) + np.tril(inv, -1).T
 
 
+@dataclass
+class FeatureGradients:
+    """The nonzero slices of ``H[n, a, j, l] = d^2 f_a / (dtheta_j dx_l)`` on the grid.
+
+    ``values[:, k]`` is ``H[:, equation[k], param[k], state[k]]``; slices that vanish at every
+    point are not stored (a model's features touch few states: Lorenz-96 with one forcing per
+    state would otherwise hold ``n_times * d^2 * n_params`` numbers, 0.5 GB at d = 40).
+    """
+
+    equation: np.ndarray
+    param: np.ndarray
+    state: np.ndarray
+    values: np.ndarray  # (n_times, n_slices)
+    n_params: int
+
+    @classmethod
+    def from_dense(cls, H):
+        """From a dense ``(n_times, n_states, n_params, n_states)`` array."""
+        nonzero = np.any(H != 0, axis=0)
+        equation, param, state = np.nonzero(nonzero)
+        return cls(equation, param, state, H[:, equation, param, state], H.shape[2])
+
+
 def _score_bias(Phi, Phidot, J, H, s2, C_inv):
     """Mean of the weighted normal equations' score at the true theta, from noisy regressors.
 
@@ -160,34 +183,44 @@ def _score_bias(Phi, Phidot, J, H, s2, C_inv):
     nonlinear terms (FitzHugh-Nagumo at 20 % noise: the cubic coefficient by 2 standard
     errors). Subtracting ``c`` is the corrected score of errors-in-variables regression.
 
-    With ``A_j[(k,a), (n,l)] = sigma_l Phi[k,n] H[n,a,j,l]`` (``H = d^2 f / dtheta dx``) and
-    ``L`` as in :func:`_covariance_blocks`,
+    With ``A_j[(k,a), (n,l)] = sigma_l Phi[k,n] H[n,a,j,l]`` (``H``: :class:`FeatureGradients`)
+    and ``L`` as in :func:`_covariance_blocks`,
 
-        c_j = sum_{a,i,n} (sum_l s_l H[n,a,j,l] J[n,i,l]) P_ai[n] + s_i H[n,a,j,i] Q_ai[n],
+        c_j = sum_{a,l,n} s_l H[n,a,j,l] (sum_i J[n,i,l] P_ai[n] + Q_al[n]),
 
-    with ``P_ai = diag(Phi^T Cinv_ai Phi)`` and ``Q_ai = diag(Phi^T Cinv_ai Phidot)``: one
-    ``K x K x n_times`` product per block pair that some parameter touches, never ``L``.
+    with ``P_ai = diag(Phi^T Cinv_ai Phi)`` and ``Q_al = diag(Phi^T Cinv_al Phidot)``: one
+    ``K x K x n_times`` product per block of ``C^-1`` that a nonzero slice reaches, never ``L``.
     """
     K = Phi.shape[0]
     d = J.shape[1]
-    C_inv = C_inv.reshape(K, d, K, d)
-    Hs = H * s2  # H[n, a, j, l] s_l
-    weight_P = np.einsum("najl,nil->naij", Hs, J)
-    # P_ai = P_ia (a scalar equals its transpose): fold the pair onto a <= i.
-    upper = np.triu(np.ones((d, d), dtype=bool), 1)
-    weight_P[:, upper] += weight_P.transpose(0, 2, 1, 3)[:, upper]
-    weight_Q = Hs.transpose(0, 1, 3, 2)  # [n, a, i, j] = s_i H[n, a, j, i]
-    pairs_P = [(a, i) for a in range(d) for i in range(a, d) if np.any(weight_P[:, a, i])]
-    pairs_Q = [(a, i) for a in range(d) for i in range(d) if np.any(weight_Q[:, a, i])]
-    blocks = np.ascontiguousarray(C_inv.transpose(1, 3, 0, 2))  # [x, y] = Cinv_xy, (K, K)
-    times_phi = {}  # (x, y) -> Cinv_xy @ Phi: one K x K x n_times product per block needed
-    for x, y in set(pairs_P) | {(i, a) for a, i in pairs_Q}:
-        times_phi[x, y] = blocks[x, y] @ Phi
-    c = np.zeros(H.shape[2])
-    for a, i in pairs_P:
-        c += np.einsum("kn,kn->n", Phi, times_phi[a, i]) @ weight_P[:, a, i]
-    for a, i in pairs_Q:  # Cinv_ai^T = Cinv_ia
-        c += np.einsum("kn,kn->n", times_phi[i, a], Phidot) @ weight_Q[:, a, i]
+    blocks = np.ascontiguousarray(C_inv.reshape(K, d, K, d).transpose(1, 3, 0, 2))
+    coupled = np.any(J != 0, axis=0)  # coupled[i, l]: state l enters equation i
+    times_phi = {}  # (x, y) -> Cinv_xy @ Phi
+
+    def product(x, y):
+        if (x, y) not in times_phi:
+            times_phi[x, y] = blocks[x, y] @ Phi
+        return times_phi[x, y]
+
+    diag_P, diag_Q = {}, {}
+
+    def P(a, i):  # P_ai = P_ia: a scalar equals its transpose
+        key = (min(a, i), max(a, i))
+        if key not in diag_P:
+            diag_P[key] = np.einsum("kn,kn->n", Phi, product(*key))
+        return diag_P[key]
+
+    def Q(a, l):  # noqa: E741 -- diag(Phi^T Cinv_al Phidot), with Cinv_al^T = Cinv_la
+        if (a, l) not in diag_Q:
+            diag_Q[a, l] = np.einsum("kn,kn->n", product(l, a), Phidot)
+        return diag_Q[a, l]
+
+    c = np.zeros(H.n_params)
+    for a, j, l, h in zip(H.equation, H.param, H.state, H.values.T):  # noqa: E741
+        weight = Q(a, l).copy()
+        for i in np.flatnonzero(coupled[:, l]):
+            weight += J[:, i, l] * P(a, i)
+        c[j] += s2[l] * float(h @ weight)
     return c
 
 
@@ -304,14 +337,13 @@ def _noise_corrected_split(model, t, U, f0, F1, s2):
 
     ``E[f(u + eps)] = f(u) + 1/2 sum_l s_l d^2 f/du_l^2`` to second order (exact for the
     cubic and quadratic terms of the paper's problems), so the features evaluated at the
-    noisy data lose that half-curvature, itself affine in theta. ``H[n, a, j, l]`` is the
-    derivative of feature column ``j`` of equation ``a`` in state ``l``, for the score's
-    bias (:func:`_score_bias`).
+    noisy data lose that half-curvature, itself affine in theta. The returned
+    :class:`FeatureGradients` hold the derivative of feature column ``j`` of equation ``a``
+    in state ``l``, for the score's bias (:func:`_score_bias`).
     """
     p = F1.shape[-1]
     basis = np.eye(p)
     J0 = model.jac_x(t, U, np.zeros(p))
-    H = np.stack([model.jac_x(t, U, e) - J0 for e in basis], axis=2)
 
     def affine_in_x(gradient):
         # The same x-gradient at every point: no curvature to compute (most of the paper's
@@ -320,8 +352,18 @@ def _noise_corrected_split(model, t, U, f0, F1, s2):
 
     zero = np.zeros_like(U)
     m0 = zero if affine_in_x(J0) else 0.5 * model.curvature_x(t, U, np.zeros(p), s2)
-    M1 = np.stack([zero if affine_in_x(H[:, :, j]) else
-                   0.5 * model.curvature_x(t, U, basis[j], s2) - m0 for j in range(p)], axis=-1)
+    M1 = np.empty_like(F1)
+    slices = []  # (equation, param, state, values), one parameter at a time: no n d^2 p array
+    for j in range(p):
+        gradient = model.jac_x(t, U, basis[j]) - J0  # (n_times, equation, state)
+        M1[..., j] = zero if affine_in_x(gradient) else \
+            0.5 * model.curvature_x(t, U, basis[j], s2) - m0
+        for a, l in zip(*np.nonzero(np.any(gradient != 0, axis=0))):  # noqa: E741
+            slices.append((a, j, l, gradient[:, a, l]))
+    equation, param, state, values = zip(*slices) if slices else ((), (), (), ())
+    H = FeatureGradients(np.array(equation, dtype=int), np.array(param, dtype=int),
+                         np.array(state, dtype=int),
+                         np.column_stack(values) if values else np.zeros((U.shape[0], 0)), p)
     return f0 - m0, F1 - M1, H
 
 
