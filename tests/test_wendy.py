@@ -129,8 +129,7 @@ def test_noise_corrected_split_removes_the_noise_mean_of_each_feature():
     assert_allclose(G1[:, :, [0, 2]], F1[:, :, [0, 2]], rtol=0, atol=0)
     # H[n, a, j, l] = d F1[n, a, j] / d x_l, nonzero slices only: feature a = x gives 1 on
     # the diagonal, b = x^3 gives 3 x^2 there, c = the other state gives 1 off it.
-    slices = {(a, j, l): H.values[:, k]  # noqa: E741
-              for k, (a, j, l) in enumerate(zip(H.equation, H.param, H.state))}
+    slices = {key: H.values[:, k] for k, key in enumerate(zip(H.equation, H.param, H.state))}
     assert sorted(slices) == [(0, 0, 0), (0, 1, 0), (0, 2, 1), (1, 0, 1), (1, 1, 1), (1, 2, 0)]
     assert_allclose(slices[0, 1, 0], 3 * U[:, 0] ** 2, rtol=1e-14)
     assert_allclose(slices[1, 1, 1], 3 * U[:, 1] ** 2, rtol=1e-14)
