@@ -207,31 +207,30 @@ class ODEModel:
         the mean that independent noise of standard deviation ``sigma`` on ``x`` adds to
         ``f`` (to second order; exact for polynomials of degree up to three), which WENDy's
         bias correction removes. Reverse over reverse mode on a batch replicated once per
-        output component, one double pass per state with a nonzero weight (nested forward
-        mode, ``torch.func.jvp`` twice, measured 12x slower: it falls back to Python
-        reference kernels).
+        output component: one pass for the Jacobian (kept as a graph), then one backward pass
+        per state with a nonzero weight (nested forward mode, ``torch.func.jvp`` twice,
+        measured 12x slower: it falls back to Python reference kernels).
         """
         x = _as_tensor(x)
         theta = _as_tensor(theta)
         weights = np.asarray(weights, dtype=np.float64)
         n = x.shape[-1]
-        t_b = _time_tensor(t, x.shape[:-1])
         # selector[i, ..., k] = delta_ik: picks output i in copy i of the batch.
         selector = torch.eye(n, dtype=_DTYPE).reshape((n,) + (1,) * (x.dim() - 1) + (n,))
+        xb = x.unsqueeze(0).expand((n,) + x.shape).clone().requires_grad_(True)
         out = torch.zeros_like(x)
-        for state in np.flatnonzero(weights):
-            xb = x.unsqueeze(0).expand((n,) + x.shape).clone().requires_grad_(True)
-            with torch.enable_grad():
-                f = self.rhs(t_b, xb, theta)
-                (grad,) = torch.autograd.grad(f, xb, grad_outputs=selector.expand_as(f),
-                                              create_graph=True)
-                # grad[i, ..., :] = d f_i / dx; differentiate its component ``state`` again.
-                slope = grad[..., state]
-                if not slope.requires_grad:  # f is affine in x: no second derivative
-                    continue
-                (second,) = torch.autograd.grad(slope.sum(), xb, allow_unused=True)
-            if second is not None:  # None: this slope does not depend on x
-                out = out + float(weights[state]) * second[..., state].movedim(0, -1)
+        with torch.enable_grad():
+            f = self.rhs(_time_tensor(t, x.shape[:-1]), xb, theta)
+            # grad[i, ..., :] = d f_i / dx
+            (grad,) = torch.autograd.grad(f, xb, grad_outputs=selector.expand_as(f),
+                                          create_graph=True)
+            if not grad.requires_grad:  # f is affine in x: no second derivative anywhere
+                return out.numpy()
+            for state in np.flatnonzero(weights):
+                (second,) = torch.autograd.grad(grad[..., state].sum(), xb, retain_graph=True,
+                                                allow_unused=True)
+                if second is not None:  # None: this slope does not depend on x
+                    out = out + float(weights[state]) * second[..., state].movedim(0, -1)
         return out.detach().numpy()
 
     def jac_theta(self, t, x, theta):
