@@ -38,7 +38,8 @@ _MAX_CONDITION = 1e4
 # with the smallest radius at the centres' spacing (16 steps at N = 1024), where the
 # condition cap keeps 186 of 256: 128 gives the same E2 on Lotka-Volterra and protein
 # transduction at half the cost (the IRLS covariance is (K n_states)^2); on Hindmarsh-Rose
-# at 5 % noise 186 is better (0.037 vs 0.053) but costs 2x.
+# 186 is a little better at 5 % noise (median E2 0.031 vs 0.034, 1.5x the time) and worse
+# at 20 % (0.76 vs 0.44).
 _MAX_TEST_FUNCTIONS = 128
 
 

@@ -38,6 +38,9 @@ _NOISE_DERIVATIVE = 6
 _SW_FIRST_ITER = 10
 _SW_LEVEL = 1e-4
 
+# Relative change of theta below which the score's bias is not recomputed (see wendy_solve).
+_BIAS_UPDATE = 1e-2
+
 
 def _fd_weights(nodes, derivative):
     """Finite-difference weights for ``derivative`` on arbitrary ``nodes`` (batched).
@@ -227,16 +230,16 @@ def _score_bias(Phi, Phidot, J, H, s2, C_inv):
 def _shoot_initial_state(model, theta, t, Y, x0):
     """Least-squares x0 at ``t[0]`` with ``theta`` fixed (trust region, batched differences).
 
-    The Jacobian is a forward difference over a batch ``[x0, x0 + h e_1, ...]`` integrated as
-    one system: one solve per Jacobian instead of ``n_states``, and the members share one
-    step sequence, so the differences carry no step-size noise. The loop stops once a step
-    changes the cost by less than 1 % of one residual's noise variance (the x0 then moves
-    by well under a tenth of its standard error); integration is at ``_SHOOT_RTOL`` and at
-    most ``_SHOOT_MAX_EVALUATIONS`` trial states are tried. Trial states that blow up get a
-    huge residual. When the smoothed start itself
-    blows up (logistic growth from 0.01 at 10 % noise smooths to a negative x0, and a
-    constant penalty has no gradient to leave it), the start is the data's mean over the
-    last 5 window samples integrated back to ``t[0]``. The exact sensitivity Jacobian was
+    Every trial state ``z`` integrates the batch ``[z, z + h e_1, ...]`` as one system: its
+    residual and the forward-difference Jacobian the trust region asks for next come from
+    one solve, and the members share one step sequence, so the differences carry no
+    step-size noise. The loop stops once a step changes the cost by less than 1 % of one
+    residual's noise variance (the x0 then moves by well under a tenth of its standard
+    error); integration is at ``_SHOOT_RTOL`` and at most ``_SHOOT_MAX_EVALUATIONS`` trial
+    states are tried. Trial states that blow up get a huge residual. When the smoothed
+    start itself blows up (logistic growth from 0.01 at 10 % noise smooths to a negative x0,
+    and a constant penalty has no gradient to leave it), the start is the data's mean over
+    the last 5 window samples integrated back to ``t[0]``. The exact sensitivity Jacobian was
     tried here and reverted: on Hindmarsh-Rose at 20 % noise the trust region then needed
     ~300 solves (up to 54 s) where differences need ~20.
     """
@@ -248,36 +251,38 @@ def _shoot_initial_state(model, theta, t, Y, x0):
         X = sol.y.reshape(Z.shape[0], n_states, -1).transpose(0, 2, 1)
         return np.concatenate([Z[:, None, :], X], axis=1)
 
-    # Each residual evaluation integrates the batch [z, z + h e_1, ...] (a batch costs little
-    # more than one solve for small models) and keeps the forward differences: the trust
-    # region asks for the Jacobian at every accepted state right after its residual, so
-    # this halves the solves (FitzHugh-Nagumo: 12.6 -> 7 per fit).
+    def with_differences(z, sign=1.0):
+        """Trajectory from ``z`` and its forward (``sign=-1``: backward) differences, one
+        batched solve (a batch costs little more than one solve for small models)."""
+        h = sign * _FD_STEP * np.maximum(1.0, np.abs(z))
+        X = trajectories(np.vstack([z, z + np.diag(h)]))
+        return X[0], ((X[1:] - X[0]) / h[:, None, None]).reshape(n_states, -1).T
+
+    # The trust region asks for the Jacobian at every accepted state right after its
+    # residual: keeping the residual's differences halves the solves (FitzHugh-Nagumo: 12.6
+    # -> 7 per fit).
     cache = {}
 
     def residual(z):
-        h = _FD_STEP * np.maximum(1.0, np.abs(z))
         try:
-            X = trajectories(np.vstack([z, z + np.diag(h)]))
+            X0, jac = with_differences(z)
         except IntegrationError:
             cache.clear()  # the Jacobian, if asked for, is formed on its own below
             try:
                 return (trajectories(z[None])[0] - Y).ravel()
             except IntegrationError:  # steer away from initial states that blow up
                 return np.full(Y.size, _BLOWN_UP)
-        cache["z"] = z.copy()
-        cache["jac"] = ((X[1:] - X[0]) / h[:, None, None]).reshape(n_states, -1).T
-        return (X[0] - Y).ravel()
+        cache.update(z=z.copy(), jac=jac)
+        return (X0 - Y).ravel()
 
     def jacobian(z):
         if "z" in cache and np.array_equal(cache["z"], z):
             return cache["jac"]
         for sign in (1.0, -1.0):  # backward differences if the forward batch blows up
-            h = sign * _FD_STEP * np.maximum(1.0, np.abs(z))
             try:
-                X = trajectories(np.vstack([z, z + np.diag(h)]))
+                return with_differences(z, sign)[1]
             except IntegrationError:
                 continue
-            return ((X[1:] - X[0]) / h[:, None, None]).reshape(n_states, -1).T
         return np.zeros((Y.size, n_states))  # no direction integrates: the loop stops here
 
     def integrated_back():  # only computed when the smoothed start fails (a solve)
@@ -303,8 +308,6 @@ def _shoot_initial_state(model, theta, t, Y, x0):
 
 
 _BLOWN_UP = 1e10
-# Relative change of theta below which the score's bias is not recomputed (see wendy_solve).
-_BIAS_UPDATE = 1e-2
 # Forward-difference step for the x0 Jacobian, relative to max(1, |x0|): the batch shares
 # one step sequence, so only round-off (~1e-16 / h) limits the difference.
 _FD_STEP = 1e-7
@@ -629,8 +632,8 @@ class WENDyODE(ODEEstimatorBase):
     }
 
     def __init__(self, model=None, *, theta0=None, min_radius=None, n_scales=4,
-                 max_test_functions=128, alpha=1e-10, tol=1e-6, max_iter=100, bounds=None,
-                 bias_correction=True, x0="fit", verbose=0):
+                 max_test_functions=_MAX_TEST_FUNCTIONS, alpha=1e-10, tol=1e-6, max_iter=100,
+                 bounds=None, bias_correction=True, x0="fit", verbose=0):
         self.model = model
         self.theta0 = theta0
         self.min_radius = min_radius
