@@ -41,15 +41,19 @@ BAR_CPU = {"wendy_logistic": 0.41, "wendy_lotka_volterra": 2.0, "wendy_fitzhugh_
            "wendy_hindmarsh_rose": 7.4, "wendy_protein_transduction": 7.9}
 
 
-def fit(problem, data, **params):
-    from sklode import WENDyODE
-
-    est = WENDyODE(problem.model, **params)
+def _timed_fit(est, data):
+    """Fit ``est`` on ``data`` (warnings silenced); the estimator and its CPU seconds."""
     start = time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(data.t, data.Y)
     return est, time.process_time() - start
+
+
+def fit(problem, data, **params):
+    from sklode import WENDyODE
+
+    return _timed_fit(WENDyODE(problem.model, **params), data)
 
 
 def forward_error(problem, data, theta):
@@ -101,13 +105,8 @@ def _mle_fit(problem, data):
     the truth, so it finds the likelihood's local optimum nearest the truth."""
     from sklode import AdjointODE
 
-    est = AdjointODE(problem.model, theta0=problem.theta, x0=problem.x0,
-                     t0=float(data.t[0]), estimate_x0=True)
-    start = time.process_time()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est.fit(data.t, data.Y)
-    return est, time.process_time() - start
+    return _timed_fit(AdjointODE(problem.model, theta0=problem.theta, x0=problem.x0,
+                                 t0=float(data.t[0]), estimate_x0=True), data)
 
 
 # Output-error fits of Hindmarsh-Rose take about 2 CPU minutes each (bursts); 5 % noise only.
