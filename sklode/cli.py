@@ -6,7 +6,7 @@
   (``--output FILE.csv`` keeps the per-trial records, ``--plot FILE.png`` draws them).
 * ``sklode fit data.csv --model LotkaVolterra --method adjoint`` fits a CSV of a time column
   and observed-state columns (named after the model's states).
-* ``sklode demo`` fits one noisy trajectory with every estimator and the scipy baseline.
+* ``sklode demo`` fits one noisy trajectory with every estimator.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ import warnings
 
 import numpy as np
 
-from .baselines import least_squares_like_adjoint
-from .compare import _applicable, _warm_up, make_estimator
+from .compare import _warm_up
 from .datasets import get_problem, list_problems, make_trajectory
-from .estimators import available_estimators
-from .integrate import simulate
 from .metrics import prediction_error
+from .registry import METHODS, get_method
 
 
 def _row(name, theta, truth, cpu, pred_err, note=""):
@@ -52,9 +50,9 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
     # Warm up torch's autodiff once (a one-off ~1 s of lazy imports) so that the CPU
     # column measures the fits, not the first call.
     _warm_up(problem.model, problem.x0, theta0)
-    for name in available_estimators():
-        est = make_estimator(name, problem, theta0)  # as compare poses it
-        reason = _applicable(name, problem, est)
+    for name, method in METHODS.items():
+        est = method.make(problem, theta0)  # as compare poses it
+        reason = method.why_not(problem)
         if reason:
             print(f"{name:<22} skipped: {reason}", file=out)
             continue
@@ -68,15 +66,6 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
         rows.append((name, est.theta_, cpu))
         print(_row(name, est.theta_, truth, cpu,
                    prediction_error(data.X, X_hat), note), file=out)
-    start = time.process_time()
-    base = least_squares_like_adjoint(problem, data.Y)  # AdjointODE's cost, numpy field
-    cpu = time.process_time() - start
-    X_base = simulate(problem.model, base.theta, base.x0, data.t, t0=problem.t0)
-    rows.append(("least_squares", base.theta, cpu))
-    print(_row("scipy least_squares", base.theta, truth, cpu, prediction_error(data.X, X_base),
-               "baseline (single shooting)"), file=out)
-    if not available_estimators():
-        print("\n(no sklode estimator is available yet; only the baseline ran)", file=out)
     print("\npred err = ||X_true - X_hat||_F over all states on the data grid.", file=out)
     return rows
 
@@ -180,7 +169,6 @@ def fit_command(args, out=None):
     """Run ``sklode fit``; returns the fitted estimator."""
     import csv
 
-    from .compare import make_estimator
     from .datasets import Problem
 
     out = sys.stdout if out is None else out
@@ -205,7 +193,7 @@ def fit_command(args, out=None):
     x0 = np.array([float(v) for v in args.x0.split(",")]) if args.x0 else None
     problem = Problem("user_data", model, None, None, np.sort(t), float(np.min(t)), observed,
                       0.0, "absolute", theta_init=theta0, x0_init=x0)
-    est = make_estimator(args.method, problem)
+    est = get_method(args.method).make(problem)
     start = time.process_time()
     est.fit(t, Y)
     cpu = time.process_time() - start
@@ -227,7 +215,7 @@ def main(argv=None):
     p_cmp = sub.add_parser("compare", help="compare estimators over seeded noisy trials")
     p_cmp.add_argument("--problem", action="append", required=True,
                        help=f"problem name(s), comma-separated or repeated: {list_problems()}")
-    p_cmp.add_argument("--methods", default="bcdprox,wendy,adjoint")
+    p_cmp.add_argument("--methods", default=",".join(METHODS))
     p_cmp.add_argument("--trials", type=int, default=10)
     p_cmp.add_argument("--n-jobs", type=int, default=None)
     p_cmp.add_argument("--noise", type=float, default=None,
@@ -248,7 +236,7 @@ def main(argv=None):
     p_fit.add_argument("csv")
     p_fit.add_argument("--model", required=True, help="zoo class (e.g. LotkaVolterra) or "
                        "problem name")
-    p_fit.add_argument("--method", default="adjoint", choices=["bcdprox", "wendy", "adjoint"])
+    p_fit.add_argument("--method", default="adjoint", choices=list(METHODS))
     p_fit.add_argument("--time-column", default="t")
     p_fit.add_argument("--theta0", default=None, help="comma-separated initial parameters")
     p_fit.add_argument("--x0", default=None, help="comma-separated initial state guess")

@@ -22,63 +22,15 @@ import warnings
 import numpy as np
 from joblib import Parallel, delayed
 
-from .datasets import (
-    Problem,
-    adjoint_settings,
-    get_problem,
-    list_problems,
-    make_trajectory,
-)
+from .datasets import Problem, get_problem, list_problems, make_trajectory
 from .exceptions import ConvergenceWarning
 from .integrate import simulate
 from .metrics import prediction_error
+from .registry import METHODS, get_method
 
-__all__ = ["METHODS", "compare", "compare_data", "make_estimator", "summarize"]
+__all__ = ["compare", "compare_data", "format_summary", "summarize"]
 
 logger = logging.getLogger("sklode")
-
-#: Method names accepted by :func:`compare`, in their default order.
-METHODS = ("bcdprox", "wendy", "adjoint")
-
-
-def make_estimator(method, problem, theta0=None):
-    """The estimator ``method`` configured for ``problem`` as its paper poses it.
-
-    Parameters
-    ----------
-    method : {"bcdprox", "wendy", "adjoint"}
-    problem : str or Problem
-    theta0 : array-like, optional
-        Initial guess; default the problem's ``theta_init`` (or the model's default guess).
-
-    Returns
-    -------
-    estimator
-    """
-    from .estimators import AdjointODE, BCDProxODE, WENDyODE
-
-    p = get_problem(problem) if isinstance(problem, str) else problem
-    if theta0 is None:
-        theta0 = p.theta_init
-    if method == "bcdprox":
-        return BCDProxODE(p.model, theta0=theta0)
-    if method == "wendy":
-        return WENDyODE(p.model, theta0=theta0)
-    if method == "adjoint":
-        settings = adjoint_settings(p)
-        settings["theta0"] = theta0
-        return AdjointODE(p.model, **settings)
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-
-
-def _applicable(method, problem, est):
-    """Why ``method`` (as the estimator ``est``) cannot fit ``problem`` (None when it can)."""
-    if method in ("bcdprox", "wendy") and len(problem.observed) < problem.model.n_states:
-        return f"{method} needs every state observed; {problem.name} observes {problem.observed}"
-    if problem.t.size < est._min_samples():
-        return (f"{method} needs at least {est._min_samples()} time points; {problem.name} "
-                f"has {problem.t.size}")
-    return None
 
 
 def _trial_theta0(problem, trial, random_state, theta0_noise):
@@ -128,8 +80,8 @@ def _record(method, problem, trial, seed, theta0, noise=None):
     record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
               "theta0": list(map(float, theta0)), "status": "ok", "error": "",
               "converged": False, "n_iter": 0, "cpu_s": 0.0, "wall_s": 0.0}
-    est = make_estimator(method, problem, theta0)
-    reason = _applicable(method, problem, est)
+    est = get_method(method).make(problem, theta0)
+    reason = get_method(method).why_not(problem)
     if reason:
         record.update(status="skipped", error=reason)
         return record
@@ -182,7 +134,7 @@ def _run(tasks, n_jobs, progress, total):
     return list(jobs)
 
 
-def compare(problems, methods=METHODS, *, trials=10, noise=None, theta0_noise=None,
+def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_noise=None,
             random_state=0, n_jobs=None, progress=False, as_frame=None):
     """Fit several estimators on many seeded noisy trials of named problems.
 
@@ -191,6 +143,7 @@ def compare(problems, methods=METHODS, *, trials=10, noise=None, theta0_noise=No
     problems : str, Problem or list of them
         Names from :func:`sklode.datasets.list_problems` (or Problem objects).
     methods : sequence of str, default=("bcdprox", "wendy", "adjoint")
+        Names from :data:`sklode.registry.METHODS`.
     trials : int, default=10
     noise : float, optional
         Noise standard deviation in each problem's convention; default the problem's.
@@ -220,8 +173,7 @@ def compare(problems, methods=METHODS, *, trials=10, noise=None, theta0_noise=No
     problems = [get_problem(p) if isinstance(p, str) else p for p in problems]
     methods = [methods] if isinstance(methods, str) else list(methods)
     for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"Unknown method {m!r}; choose from {METHODS}.")
+        get_method(m)  # unknown names raise, listing the known ones
     if int(trials) < 1:
         raise ValueError(f"trials must be >= 1, got {trials}.")
     tasks = [delayed(_record)(m, p, k, random_state + k,
@@ -230,7 +182,7 @@ def compare(problems, methods=METHODS, *, trials=10, noise=None, theta0_noise=No
     return _as_frame(_run(tasks, n_jobs, progress, len(tasks)), as_frame)
 
 
-def compare_data(t, Y, model, methods=METHODS, *, theta0=None, observed=None, t0=None,
+def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=None, t0=None,
                  x0=None, n_jobs=None, as_frame=None):
     """Fit several estimators to one user data set (no ground truth: no error columns).
 
@@ -259,8 +211,8 @@ def compare_data(t, Y, model, methods=METHODS, *, theta0=None, observed=None, t0
 
     def one(method):
         record = {"method": method, "status": "ok", "error": ""}
-        est = make_estimator(method, problem)
-        reason = _applicable(method, problem, est)
+        est = get_method(method).make(problem)
+        reason = get_method(method).why_not(problem)
         if reason:
             return {**record, "status": "skipped", "error": reason}
         _warm_up(model, np.ones(model.n_states), model.theta_guess())

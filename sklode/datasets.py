@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._validation import NOISE_KINDS
 from .integrate import simulate
 from .models import (
     SEIRD,
@@ -46,10 +47,9 @@ from .models import (
     Rossler,
 )
 
-__all__ = ["Problem", "Trajectory", "adjoint_settings", "get_problem", "list_problems",
-           "make_trajectory", "NOISE_KINDS"]
+__all__ = ["Problem", "Trajectory", "get_problem", "list_problems", "make_trajectory",
+           "NOISE_KINDS"]
 
-NOISE_KINDS = ("absolute", "relative_rms", "proportional")
 
 # Clean trajectories are computed to this accuracy (the WENDy anchor re-simulated its data at
 # 1e-10 and matched the shipped files to 8e-8): far below any noise level the papers use.
@@ -241,43 +241,6 @@ def list_problems():
 @functools.lru_cache(maxsize=None)
 def _cached_problem(name):
     return _build(name)
-
-
-def adjoint_settings(problem):
-    """Keyword arguments for :class:`~sklode.AdjointODE` that pose ``problem`` as its paper does.
-
-    For the SEIRD examples this fills the seed's unstated quantities as ``anchors/adjoint.md``
-    does: weights ``noise * |y_i|``; when x0 is estimated, the prior
-    ``s0 = round((N / N_hat) x0_init)`` with ``sigma0 = noise * s0`` and the penalty
-    ``k = 1e-4`` on ``S + E + I + R + D = N``. Other problems: the paper's initial guesses,
-    ``t0`` and observed states, x0 started from the first observation.
-
-    Parameters
-    ----------
-    problem : str or Problem
-
-    Returns
-    -------
-    dict
-    """
-    p = get_problem(problem) if isinstance(problem, str) else problem
-    settings = {"theta0": None if p.theta_init is None else p.theta_init.copy(),
-                "t0": float(p.t0), "observed": tuple(p.observed)}
-    if p.noise_kind == "proportional":
-        settings.update(sigma=p.noise, sigma_kind="relative")
-    if isinstance(p.model, SEIRD) and p.x0 is not None:
-        if p.x0_init is None:
-            settings.update(x0=p.x0.copy(), estimate_x0=False)
-        else:
-            N = float(p.model.N)
-            s0 = np.round(N / p.x0_init.sum() * p.x0_init)
-            settings.update(x0=p.x0_init.copy(), x0_prior=s0, x0_prior_sigma=p.noise * s0,
-                            invariant=(np.ones(p.model.n_states), N), invariant_weight=1e-4)
-    elif p.x0_init is not None:
-        settings["x0"] = p.x0_init.copy()
-    elif len(p.observed) < p.model.n_states and p.x0 is not None:
-        settings["x0"] = p.x0.copy()  # unobserved states need a start: the true one
-    return settings
 
 
 def get_problem(name):

@@ -1,24 +1,49 @@
-"""Exceptions and warnings raised by sklode.
+"""The exceptions and warnings sklode raises: one family for all three estimators.
+
+Every error a fit can raise for a reason inside the numerics derives from :class:`SklodeError`,
+so ``except sklode.exceptions.SklodeError`` catches all of them whichever method ran. Each
+also derives from the builtin a caller would naturally catch (``ValueError`` for a bad model,
+``RuntimeError`` for a failed integration, ``FloatingPointError`` for diverging iterations).
+Bad arguments and bad data raise plain ``ValueError``/``TypeError`` with a message that names
+the argument and the way out, as scikit-learn does.
 
 Non-convergence is reported with scikit-learn's own
-:class:`sklearn.exceptions.ConvergenceWarning`, re-exported here for convenience.
+:class:`sklearn.exceptions.ConvergenceWarning`, re-exported here.
 """
 
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["ConvergenceWarning", "IntegrationError", "ModelError", "NotLinearInThetaError"]
+__all__ = [
+    "ConvergenceWarning",
+    "DivergenceError",
+    "IntegrationError",
+    "ModelError",
+    "NotLinearInThetaError",
+    "SklodeError",
+]
 
 
-class ModelError(ValueError):
+class SklodeError(Exception):
+    """Base class of the errors raised by sklode's numerics (not of argument errors)."""
+
+
+class ModelError(SklodeError, ValueError):
     """An :class:`~sklode.ODEModel` is malformed (names, output shape or dtype of ``rhs``)."""
 
 
-class NotLinearInThetaError(ValueError):
+class NotLinearInThetaError(ModelError):
     """The model's vector field is not affine in its parameters."""
 
 
-class IntegrationError(RuntimeError):
+class IntegrationError(SklodeError, RuntimeError):
     """Forward integration of the ODE failed or blew up.
+
+    Parameters
+    ----------
+    message : str
+        What happened and what to try.
+    t_reached : float, default=nan
+        The last time the integrator reached.
 
     Attributes
     ----------
@@ -29,3 +54,24 @@ class IntegrationError(RuntimeError):
     def __init__(self, message, t_reached=float("nan")):
         super().__init__(message)
         self.t_reached = t_reached
+
+
+class DivergenceError(SklodeError, FloatingPointError):
+    """A method's iterates became non-finite (the vector field exploded on the data).
+
+    Parameters
+    ----------
+    message : str
+        Which method, at which iteration, and what to try.
+    n_iter : int, default=-1
+        The iteration at which it happened (-1: unknown).
+
+    Attributes
+    ----------
+    n_iter : int
+        The iteration at which it happened.
+    """
+
+    def __init__(self, message, n_iter=-1):
+        super().__init__(message)
+        self.n_iter = n_iter

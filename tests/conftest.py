@@ -1,8 +1,14 @@
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 torch.set_default_dtype(torch.float64)
+
+# The hand-written scipy baselines live with the benchmarks, outside the library.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 @pytest.fixture

@@ -8,6 +8,10 @@ the Adams-Bashforth scheme (:mod:`sklode.multistep`) is
 
 and the fidelity is ``E = sum_i ||R_i||^2`` (unnormalised, as in the paper). Residual ``i``
 touches the states ``i-m+1 .. i+1`` only, so ``dR/dX`` is block-banded.
+
+Entries of ``X`` can be held fixed (a known initial state): the X-step then solves the normal
+equations with those unknowns eliminated (their rows and columns replaced by the identity and
+their right-hand side by zero), so they never move.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import cho_solve_banded, cholesky_banded, solveh_banded
+from scipy.optimize import least_squares, lsq_linear
 from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
-from ..multistep import ab_combination, adams_bashforth_coefficients
+from .multistep import ab_combination, ab_residual, adams_bashforth_coefficients
 
 # Banded Cholesky (LAPACK pbsv) of the normal matrix when its half-bandwidth
 # (order + 1) * n_states is at most this; its cost grows as n * width², so wide bands
@@ -30,7 +35,16 @@ _BANDED_MAX_WIDTH = 64
 
 @dataclass
 class Grid:
-    """Everything about the time grid that the iterations reuse."""
+    """Everything about the time grid that the iterations reuse.
+
+    Attributes
+    ----------
+    t : ndarray of shape (n_times,)
+    h : ndarray of shape (n_times - 1,)
+        Steps.
+    B : ndarray of shape (n_times - 1, order)
+        Adams-Bashforth weights of every step (:func:`adams_bashforth_coefficients`).
+    """
 
     t: np.ndarray
     h: np.ndarray
@@ -38,14 +52,41 @@ class Grid:
 
     @classmethod
     def build(cls, t, order):
+        """The grid of times ``t`` for the ``order``-step scheme."""
         t = np.asarray(t, dtype=np.float64)
         return cls(t=t, h=np.diff(t), B=adams_bashforth_coefficients(t, order))
 
 
 def residual(model, grid, X, theta):
-    """Residual ``R`` of shape ``(n_times - 1, n_states)``."""
-    F = model.f(grid.t[:-1], X[:-1], theta)
-    return X[1:] - X[:-1] - grid.h[:, None] * ab_combination(F, grid.B)
+    """Residual ``R`` of shape ``(n_times - 1, n_states)`` (:func:`multistep.ab_residual`)."""
+    return ab_residual(X, model.f(grid.t[:-1], X[:-1], theta), grid.t, grid.B)
+
+
+def fidelity_gradients(model, grid, X, theta):
+    """``E`` and its gradients in ``X`` and ``theta``, from one field evaluation and one VJP.
+
+    With ``c = (h B)^T R`` (:func:`_ab_combination_transpose`),
+    ``dE/dx_k = 2 (R_{k-1} - R_k - f_x(x_k)^T c_k)`` and ``dE/dtheta = -2 sum_k f_theta^T c_k``.
+
+    Returns
+    -------
+    E : float
+    dE_dX : ndarray like ``X``
+    dE_dtheta : ndarray like ``theta``
+    """
+    R = residual(model, grid, X, theta)
+    vx, vtheta = model.vjp(grid.t[:-1], X[:-1], theta, _ab_combination_transpose(R, grid))
+    dX = np.zeros_like(X)
+    dX[1:] += R
+    dX[:-1] -= R + vx
+    return float(np.sum(R * R)), 2.0 * dX, -2.0 * vtheta
+
+
+def theta_jacobian(model, grid, X, theta):
+    """``G = -dR/dtheta`` of shape ``((n_times - 1) n_states, n_params)``: the Gauss-Newton
+    matrix of the theta-step (exact for models affine in theta)."""
+    J = model.jac_theta(grid.t[:-1], X[:-1], theta)  # (n_steps, d, p)
+    return (grid.h[:, None, None] * ab_combination(J, grid.B)).reshape(-1, J.shape[-1])
 
 
 def fidelity(model, grid, X, theta):
@@ -173,11 +214,22 @@ def _difference_preconditioner(n_times, d, shift):
     return LinearOperator((n_times * d, n_times * d), matvec=apply, dtype=np.float64)
 
 
-def _normal_equations(model, grid, X, theta, R, anchor, lam):
+def _eliminate_banded(ab, fixed):
+    """Replace the rows and columns of the flat indices ``fixed`` by the identity, in lower
+    banded storage (``ab[q, j] = A[j + q, j]``)."""
+    for f in fixed:
+        ab[1:, f] = 0.0  # column f below the diagonal
+        for q in range(1, min(f, ab.shape[0] - 1) + 1):
+            ab[q, f - q] = 0.0  # row f left of the diagonal
+        ab[0, f] = 1.0
+
+
+def _normal_equations(model, grid, X, theta, R, anchor, lam, fixed):
     """Gradient of ``E + lam |X - anchor|^2`` (halved) and a solver for ``J^T J + s I``.
 
     Narrow bands (few states) use the dense blocks and LAPACK's banded Cholesky; wide ones
-    (many states) a sparse Jacobian with the model's own sparsity and CG.
+    (many states) a sparse Jacobian with the model's own sparsity and CG. The flat indices
+    ``fixed`` are eliminated: their gradient is zero and the solver never moves them.
     """
     n_times, d = X.shape
     order = grid.B.shape[1]
@@ -188,6 +240,7 @@ def _normal_equations(model, grid, X, theta, R, anchor, lam):
 
         def solve(shift, rhs):
             ab = _banded_normal_matrix(K, n_times, shift)
+            _eliminate_banded(ab, fixed)
             return solveh_banded(ab, rhs.ravel(), lower=True,
                                  check_finite=False).reshape(rhs.shape)
     else:
@@ -196,15 +249,25 @@ def _normal_equations(model, grid, X, theta, R, anchor, lam):
         JTJ = (J.T @ J).tocsr()
         scale = float(JTJ.diagonal().mean())
         eye = sp.identity(JTJ.shape[0], format="csr")
+        if fixed.size:
+            keep = np.ones(JTJ.shape[0])
+            keep[fixed] = 0.0
+            JTJ = (sp.diags(keep) @ JTJ @ sp.diags(keep)).tocsr()
+            eye = sp.diags(keep).tocsr()
+            pinned = sp.diags(1.0 - keep).tocsr()
 
         def solve(shift, rhs):
             precond = _difference_preconditioner(n_times, d, shift)
-            return _solve_spd(JTJ + shift * eye, rhs.ravel(), precond).reshape(rhs.shape)
+            A = JTJ + shift * eye
+            if fixed.size:
+                A = A + pinned
+            return _solve_spd(A, rhs.ravel(), precond).reshape(rhs.shape)
 
+    gradient.reshape(-1)[fixed] = 0.0
     return gradient, max(scale, 1e-300), solve
 
 
-def x_step(model, grid, anchor, theta, lam, max_inner=1):
+def x_step(model, grid, anchor, theta, lam, max_inner=1, fixed=None):
     """The proximal state update ``argmin_X E(X, theta) + lam ||X - anchor||^2``.
 
     Levenberg-Marquardt-safeguarded Gauss-Newton steps on the stacked residual
@@ -212,18 +275,33 @@ def x_step(model, grid, anchor, theta, lam, max_inner=1):
     iteration is an inexact proximal step that reaches the same fixed points (the outer loop
     re-anchors anyway); ``lam = 0`` needs several (pass ``max_inner``).
 
+    Parameters
+    ----------
+    model : ODEModel
+    grid : Grid
+    anchor : ndarray of shape (n_times, n_states)
+        ``X*(n-1)``, also the starting point.
+    theta : ndarray of shape (n_params,)
+    lam : float
+    max_inner : int, default=1
+        Gauss-Newton steps.
+    fixed : ndarray of int, optional
+        Flat indices (row-major) of entries of ``X`` held at their anchor value.
+
     Returns
     -------
     X : ndarray like ``anchor``
     E : float
         The fidelity at ``X``.
     """
+    fixed = np.zeros(0, dtype=int) if fixed is None else np.asarray(fixed, dtype=int)
     X = anchor.copy()
     R = residual(model, grid, X, theta)
     phi = float(np.sum(R * R))
     mu = 0.0
     for _ in range(max_inner):
-        gradient, scale, solve = _normal_equations(model, grid, X, theta, R, anchor, lam)
+        gradient, scale, solve = _normal_equations(model, grid, X, theta, R, anchor, lam,
+                                                   fixed)
         # A vanishing λ makes JᵀJ singular (the fidelity has a whole manifold of minimisers);
         # a relative damping of 1e-10 picks the step of (nearly) least norm.
         damping = max(mu, 1e-10 * scale if lam == 0 else 0.0)
@@ -246,15 +324,18 @@ def x_step(model, grid, anchor, theta, lam, max_inner=1):
     return X, float(np.sum(R * R))
 
 
-def theta_step_linear(model, grid, X):
+def theta_step_linear(model, grid, X, bounds=None):
     """Exact ``argmin_theta E(X, theta)`` for a model affine in ``theta`` (linear least squares).
 
-    ``R = r0 - G theta`` with ``G_i = h_i sum_j B_ij F1(x_{i-j})``.
+    ``R = r0 - G theta`` with ``G_i = h_i sum_j B_ij F1(x_{i-j})``; with ``bounds`` the
+    bounded linear least squares (scipy ``lsq_linear``, exact active-set BVLS).
     """
     f0, F1 = model.affine_split(grid.t[:-1], X[:-1], check=False)  # checked once per fit
-    G = grid.h[:, None, None] * ab_combination(F1, grid.B)  # (n_steps, d, p)
+    G = (grid.h[:, None, None] * ab_combination(F1, grid.B)).reshape(-1, F1.shape[-1])
     r0 = X[1:] - X[:-1] - grid.h[:, None] * ab_combination(f0, grid.B)
-    theta, *_ = np.linalg.lstsq(G.reshape(-1, G.shape[-1]), r0.ravel(), rcond=None)
+    if bounds is not None:
+        return lsq_linear(G, r0.ravel(), bounds=bounds, method="bvls").x
+    theta, *_ = np.linalg.lstsq(G, r0.ravel(), rcond=None)
     return theta
 
 
@@ -266,6 +347,19 @@ def _ab_combination_transpose(R, grid):
     for j in range(order):
         c[: n_steps - j] += hB[j:, j, None] * R[j:]
     return c
+
+
+def theta_step_bounded(model, grid, X, theta, bounds, max_iter=20):
+    """``argmin_theta E(X, theta)`` within ``bounds`` for a model not affine in theta: scipy's
+    trust-region reflective least squares on ``R`` with the exact Jacobian
+    (:func:`theta_jacobian`), warm-started at ``theta`` (clipped into the box)."""
+    lo, hi = bounds
+    start = np.clip(theta, lo, hi)
+    with np.errstate(all="ignore"):
+        res = least_squares(lambda th: residual(model, grid, X, th).ravel(), start,
+                            jac=lambda th: -theta_jacobian(model, grid, X, th),
+                            bounds=bounds, method="trf", max_nfev=max_iter)
+    return res.x
 
 
 def theta_step_nonlinear(model, grid, X, theta, max_iter=20, rtol=1e-10):
@@ -289,8 +383,7 @@ def theta_step_nonlinear(model, grid, X, theta, max_iter=20, rtol=1e-10):
             with np.errstate(all="ignore"):
                 G[:, k] = (R - residual(model, grid, X, shifted)).ravel() / steps[k]
         if not np.all(np.isfinite(G)):
-            G = (grid.h[:, None, None] * ab_combination(
-                model.jac_theta(grid.t[:-1], X[:-1], theta), grid.B)).reshape(R.size, -1)
+            G = theta_jacobian(model, grid, X, theta)
         step = np.linalg.lstsq(G.T @ G, minus_grad, rcond=None)[0]
         for _halving in range(30):
             theta_try = theta + step

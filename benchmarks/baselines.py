@@ -1,4 +1,5 @@
-"""The do-it-yourself baseline every sklode benchmark is measured against.
+"""The do-it-yourself baseline every sklode benchmark is measured against (not part of the
+library: benchmarks and tests import it from this folder).
 
 :func:`least_squares_fit` is what a scientist writes by hand: single shooting with
 :func:`scipy.integrate.solve_ivp` inside :func:`scipy.optimize.least_squares` (finite-difference
@@ -179,10 +180,9 @@ def least_squares_fit(model, t, Y, theta0, x0, *, t0=None, observed=None, estima
 def least_squares_like_adjoint(problem, Y, *, numpy_rhs=True, **kwargs):
     """scipy ``least_squares`` on exactly the cost ``AdjointODE`` minimises for ``problem``.
 
-    The weights, x0 prior and conservation penalty are those of the objective of
-    ``AdjointODE(problem.model, **adjoint_settings(problem))``
-    (:func:`sklode.datasets.adjoint_settings`), so the optimum is the one that fit should
-    reach.
+    The weights, x0 prior and conservation penalty are those of
+    :func:`sklode.adjoint.build_objective` with the registry's settings for the problem
+    (``sklode.registry.METHODS["adjoint"]``), so the optimum is the one its fit should reach.
 
     Parameters
     ----------
@@ -199,17 +199,19 @@ def least_squares_like_adjoint(problem, Y, *, numpy_rhs=True, **kwargs):
     -------
     LeastSquaresResult
     """
-    from .datasets import adjoint_settings
-    from .estimators.adjoint import AdjointODE
+    from sklode._validation import check_theta0
+    from sklode.adjoint import build_objective
+    from sklode.registry import METHODS
 
     # The weights and the x0 terms are the objective's own, so the two costs cannot drift.
-    est = AdjointODE(problem.model, **adjoint_settings(problem))
-    objective, _ = est._objective(problem.t, np.asarray(Y, dtype=np.float64),
-                                  tuple(problem.observed))
+    settings = METHODS["adjoint"].settings(problem)
+    objective, u0 = build_objective(problem.model, problem.t, np.asarray(Y, dtype=np.float64),
+                                    **settings)
+    theta0 = check_theta0(settings.get("theta0"), problem.model)
     has_extra = objective.extra_terms(objective.x0_fixed)[0].size > 0
-    return least_squares_fit(problem.model, problem.t, Y, est._initial_theta(),
-                             objective.x0_fixed, t0=problem.t0, observed=problem.observed,
-                             estimate_x0=objective.estimate_x0, weights=objective.sigma,
+    return least_squares_fit(problem.model, problem.t, Y, theta0, objective.x0_fixed,
+                             t0=problem.t0, observed=problem.observed,
+                             estimate_x0=bool(objective.n_x0), weights=objective.sigma,
                              extra=(lambda x: objective.extra_terms(x)[0]) if has_extra
                              else None,
                              fun=NUMPY_RHS.get(problem.name) if numpy_rhs else None, **kwargs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ETA", "trapezoid_weights", "bump_rows", "product_rows", "test_function_matrices",
+__all__ = ["ETA", "MAX_TEST_FUNCTIONS", "is_uniform", "trapezoid_weights", "bump_rows", "product_rows", "test_function_matrices",
            "select_min_radius", "corner"]
 
 #: The bump's sharpness (the paper's eta).
@@ -40,7 +40,7 @@ _MAX_CONDITION = 1e4
 # transduction at half the cost (the IRLS covariance is (K n_states)^2); on Hindmarsh-Rose
 # 186 is a little better at 5 % noise (median E2 0.031 vs 0.034, 1.5x the time) and worse
 # at 20 % (0.76 vs 0.44).
-_MAX_TEST_FUNCTIONS = 128
+MAX_TEST_FUNCTIONS = 128
 
 
 def trapezoid_weights(t):
@@ -234,7 +234,7 @@ def select_min_radius(t, U, sigma=None, max_radius_steps=None):
 
 
 def test_function_matrices(t, min_radius, n_scales=4, centres_per_scale=_CENTRES_PER_SCALE,
-                           max_condition=_MAX_CONDITION, max_count=_MAX_TEST_FUNCTIONS):
+                           max_condition=_MAX_CONDITION, max_count=MAX_TEST_FUNCTIONS):
     """Orthonormal test-function matrices ``Phi`` and ``Phidot`` for radii ``2^l min_radius``.
 
     Bumps of every scale are stacked and orthonormalised with a truncated SVD (Gram matrix

@@ -1,0 +1,466 @@
+"""What ``fit`` and ``predict`` receive, turned into one container: every data error a user can
+meet comes from here.
+
+The one data path of sklode: :func:`check_experiments` turns ``(t, Y)`` and the estimator's
+initial-state settings (``x0``, ``t0``, ``estimate_x0``, ``observed``) into an
+:class:`ExperimentData`, a tuple of :class:`Experiment` (sorted times, observations with NaN
+where missing, the mask of observed entries, ``t0``, the initial state with NaN where unknown,
+and which of its components are estimated). Every solver consumes that container; a single
+series is a list of one experiment.
+
+Messages name the value received and the way out, e.g.
+``"t contains duplicate times: t = 0.4 appears at least twice ..."``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.utils import check_array
+
+__all__ = [
+    "NOISE_KINDS",
+    "Experiment",
+    "ExperimentData",
+    "check_bounds",
+    "check_experiments",
+    "check_positive",
+    "check_observed",
+    "check_theta0",
+    "check_times",
+    "bounds_with_positivity",
+]
+
+
+#: How a noise level is read, everywhere in sklode (``datasets`` and the estimators' weights):
+#: a standard deviation in data units, a fraction of the RMS of each clean (or observed)
+#: state, or a fraction of each value.
+NOISE_KINDS = ("absolute", "relative_rms", "proportional")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment: its sorted times, observations and initial state.
+
+    Attributes
+    ----------
+    t : ndarray of shape (n_times,)
+        Strictly increasing observation times.
+    Y : ndarray of shape (n_times, n_observed)
+        Observations of the observed states, NaN where an entry is missing.
+    mask : ndarray of bool, shape (n_times, n_observed)
+        True where ``Y`` holds an observation.
+    t0 : float
+        Time of the initial state (at or before ``t[0]``).
+    x0 : ndarray of shape (n_states,)
+        The initial state: the known value or a guess; NaN where nothing is known.
+    estimate_x0 : ndarray of bool, shape (n_states,)
+        Which components of ``x0`` the method estimates (the others are known and held).
+    """
+
+    t: np.ndarray
+    Y: np.ndarray
+    mask: np.ndarray
+    t0: float
+    x0: np.ndarray
+    estimate_x0: np.ndarray
+
+    @property
+    def n_times(self):
+        """Number of observation times."""
+        return self.t.size
+
+    @property
+    def complete(self):
+        """Whether every entry of ``Y`` is observed."""
+        return bool(self.mask.all())
+
+
+@dataclass(frozen=True)
+class ExperimentData:
+    """Validated training data: one or several experiments sharing ``theta``.
+
+    Attributes
+    ----------
+    experiments : tuple of Experiment
+    observed : tuple of int
+        Indices of the states that the columns of every ``Y`` hold.
+    n_states : int
+        Number of states of the model.
+    several : bool
+        Whether ``fit`` received a list of experiments (predictions are then lists too).
+    y_ndim : int
+        1 if ``Y`` was given as a vector (predictions are then vectors).
+    feature_names : ndarray of str or None
+        Column names when ``t`` was a DataFrame.
+    """
+
+    experiments: tuple
+    observed: tuple
+    n_states: int
+    several: bool
+    y_ndim: int
+    feature_names: np.ndarray | None = None
+
+    @property
+    def n_experiments(self):
+        """Number of experiments."""
+        return len(self.experiments)
+
+    @property
+    def hidden(self):
+        """Indices of the states that are never observed."""
+        return tuple(i for i in range(self.n_states) if i not in self.observed)
+
+    def only_experiment(self, estimator_name):
+        """The single experiment, or a ValueError for a method that takes only one.
+
+        Parameters
+        ----------
+        estimator_name : str
+            For the message.
+
+        Returns
+        -------
+        Experiment
+        """
+        if self.n_experiments != 1:
+            raise ValueError(
+                f"{estimator_name} fits one experiment at a time in this version; got "
+                f"{self.n_experiments}. Fit each experiment separately, or pass a single "
+                "time vector and its observations."
+            )
+        return self.experiments[0]
+
+
+def _feature_names(t):
+    columns = getattr(t, "columns", None)
+    if columns is None:
+        return None
+    return np.asarray([str(c) for c in columns], dtype=object)
+
+
+def check_times(t, *, name="t"):
+    """Validate a time vector given as ``(n,)`` or ``(n, 1)``; return a 1-D float64 copy.
+
+    Sparse, complex, object, empty and non-finite input raise scikit-learn's usual errors.
+    Order and repeats are kept (prediction accepts both).
+
+    Parameters
+    ----------
+    t : array-like of shape (n_times,) or (n_times, 1)
+        Times.
+    name : str, default="t"
+        The argument's name, for messages.
+
+    Returns
+    -------
+    ndarray of shape (n_times,)
+        A float64 copy.
+    """
+    arr = check_array(t, ensure_2d=False, dtype=np.float64, input_name=name, copy=True)
+    if arr.ndim == 2:
+        if arr.shape[1] != 1:
+            raise ValueError(
+                f"{name} must have shape (n_samples,) or (n_samples, 1): one time per row. "
+                f"Got shape {arr.shape}. sklode estimators take the times as X and the "
+                "observed states as y; several experiments are a list of time vectors."
+            )
+        arr = arr[:, 0]
+    elif arr.ndim != 1:
+        raise ValueError(f"{name} must be one- or two-dimensional, got shape {arr.shape}.")
+    return np.ascontiguousarray(arr)
+
+
+def check_theta0(theta0, model):
+    """``theta0`` as a float64 vector (the model's default guess when None), checked.
+
+    Parameters
+    ----------
+    theta0 : array-like of shape (n_params,) or None
+        The estimator's ``theta0``.
+    model : ODEModel
+        For the number and names of the parameters.
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+    """
+    if theta0 is None:
+        return model.theta_guess()
+    theta0 = np.array(theta0, dtype=np.float64).reshape(-1)
+    if theta0.shape != (model.n_params,):
+        raise ValueError(f"theta0 has {theta0.size} entries but {model!r} has "
+                         f"{model.n_params} parameters {model.param_names}.")
+    if not np.all(np.isfinite(theta0)):
+        raise ValueError(f"theta0 must be finite; got {theta0}.")
+    return theta0
+
+
+def check_observed(observed, model):
+    """Indices of the states ``Y``'s columns hold, from indices or state names.
+
+    Parameters
+    ----------
+    observed : sequence of int or str, or None
+        None means every state, in order.
+    model : ODEModel
+
+    Returns
+    -------
+    tuple of int
+    """
+    n = model.n_states
+    if observed is None:
+        return tuple(range(n))
+    items = [observed] if isinstance(observed, (str, int, np.integer)) else list(
+        np.asarray(observed, dtype=object).reshape(-1))
+    indices = []
+    for item in items:
+        if isinstance(item, str):
+            if item not in model.state_names:
+                raise ValueError(f"observed names the state {item!r}, which {model!r} does "
+                                 f"not have; its states are {model.state_names}.")
+            indices.append(model.state_names.index(item))
+        elif isinstance(item, (int, np.integer)) and 0 <= int(item) < n:
+            indices.append(int(item))
+        else:
+            raise ValueError(f"observed must list state indices in 0..{n - 1} or state "
+                             f"names {model.state_names} of {model!r}; got {observed!r}.")
+    if not indices or len(set(indices)) != len(indices):
+        raise ValueError(f"observed must list distinct states of {model!r}, at least one; "
+                         f"got {observed!r}.")
+    return tuple(indices)
+
+
+def check_bounds(bounds, n_params, param_names=None):
+    """``(lower, upper)`` arrays of shape ``(n_params,)`` from scalars or vectors, checked.
+
+    Parameters
+    ----------
+    bounds : (array-like, array-like) or None
+        Lower and upper bounds; ``±inf`` allowed. None: no bounds.
+    n_params : int
+    param_names : tuple of str, optional
+        For messages.
+
+    Returns
+    -------
+    (ndarray, ndarray) or None
+    """
+    if bounds is None:
+        return None
+    try:
+        lo, hi = bounds
+        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n_params,)).copy()
+        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n_params,)).copy()
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be (lower, upper), each a number or {n_params} "
+                         f"numbers; got {bounds!r}.") from None
+    if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
+        raise ValueError(f"bounds must not contain NaN (use -inf/inf for no bound); got "
+                         f"{bounds!r}.")
+    if np.any(lo >= hi):
+        k = int(np.flatnonzero(lo >= hi)[0])
+        name = param_names[k] if param_names else f"theta[{k}]"
+        raise ValueError(f"bounds: every lower bound must be below its upper bound; for "
+                         f"{name} got lower={lo[k]:g} >= upper={hi[k]:g}.")
+    return lo, hi
+
+
+def check_positive(positive, n_params):
+    """``positive`` (a bool or a per-parameter mask) as a boolean array of shape (n_params,).
+
+    Parameters
+    ----------
+    positive : bool or array-like of bool
+    n_params : int
+
+    Returns
+    -------
+    ndarray of bool
+    """
+    mask = np.asarray(positive)
+    if mask.ndim == 0:
+        return np.full(n_params, bool(mask))
+    if mask.shape != (n_params,) or mask.dtype != bool:
+        raise ValueError(f"positive must be True, False or {n_params} booleans (one per "
+                         f"parameter); got {positive!r}.")
+    return mask.copy()
+
+
+def bounds_with_positivity(bounds, positive, model):
+    """Bounds on theta with ``positive`` parameters' lower bounds raised to 0, or None.
+
+    For methods whose theta-steps are linear least squares (BCD-prox, WENDy), positivity is
+    a bound: a log scale would make those steps nonlinear.
+
+    Parameters
+    ----------
+    bounds : (array-like, array-like) or None
+    positive : bool or array-like of bool
+    model : ODEModel
+
+    Returns
+    -------
+    (ndarray, ndarray) or None
+    """
+    checked = check_bounds(bounds, model.n_params, model.param_names)
+    mask = check_positive(positive, model.n_params)
+    if not mask.any():
+        return checked
+    lo, hi = checked if checked is not None else (np.full(model.n_params, -np.inf),
+                                                  np.full(model.n_params, np.inf))
+    lo = np.where(mask, np.maximum(lo, 0.0), lo)
+    if np.any(lo >= hi):
+        k = int(np.flatnonzero(lo >= hi)[0])
+        raise ValueError(f"positive=True for {model.param_names[k]} contradicts its upper "
+                         f"bound {hi[k]:g}.")
+    return lo, hi
+
+
+def _is_experiment_list(t):
+    """A list or tuple whose items are themselves sequences: several experiments."""
+    return isinstance(t, (list, tuple)) and len(t) > 0 and all(
+        np.ndim(item) >= 1 for item in t)
+
+
+def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimator_name):
+    where = "" if index is None else f" (experiment {index})"
+    t_arr = check_times(t)
+    if Y is None:
+        raise ValueError(
+            f"{estimator_name} requires y to be passed, but the target y is None. Pass the "
+            "observed states Y of shape (n_samples, n_observed)."
+        )
+    Y_arr = check_array(Y, ensure_2d=False, dtype=np.float64, input_name="Y", copy=True,
+                        ensure_all_finite="allow-nan")
+    y_ndim = Y_arr.ndim
+    if y_ndim == 1:
+        Y_arr = Y_arr[:, None]
+    elif y_ndim != 2:
+        raise ValueError(f"Y{where} must be one- or two-dimensional, got shape {Y_arr.shape}.")
+    if Y_arr.shape[0] != t_arr.shape[0]:
+        raise ValueError(
+            f"t and Y{where} have different numbers of samples: {t_arr.shape[0]} times and "
+            f"{Y_arr.shape[0]} rows of Y. Each row of Y is the observation at one time."
+        )
+    if t_arr.shape[0] < min_samples:
+        raise ValueError(
+            f"{estimator_name} needs at least {min_samples} time points, got "
+            f"n_samples={t_arr.shape[0]}{where}."
+        )
+    if Y_arr.shape[1] != n_observed:
+        raise ValueError(
+            f"Y{where} has {Y_arr.shape[1]} column(s) but {estimator_name} expects "
+            f"{n_observed}, one per observed state {tuple(observed_names)}. Reorder or select "
+            "the columns of Y to match, or set which states are observed with observed=."
+        )
+    order = np.argsort(t_arr, kind="stable")
+    t_sorted, Y_sorted = t_arr[order], Y_arr[order]
+    repeated = np.flatnonzero(np.diff(t_sorted) == 0)
+    if repeated.size:
+        raise ValueError(
+            f"t{where} contains duplicate times: t = {t_sorted[repeated[0]]:g} appears at "
+            f"least twice ({repeated.size} repeat(s) in all). Average or remove repeated "
+            "measurements before fitting."
+        )
+    mask = np.isfinite(Y_sorted)
+    if not mask.any():
+        raise ValueError(f"Y{where} has no observed value: every entry is NaN.")
+    return t_sorted, Y_sorted, mask, y_ndim
+
+
+def _per_experiment(value, n_experiments, width, name):
+    """``value`` as ``(n_experiments, width)``: one row for all or one row each."""
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim <= 1 and arr.size == width:
+        return np.broadcast_to(arr.reshape(-1), (n_experiments, width)).copy()
+    if arr.shape == (n_experiments, width):
+        return arr.copy()
+    raise ValueError(f"{name} must have shape ({width},) or ({n_experiments}, {width}) for "
+                     f"{n_experiments} experiment(s); got shape {arr.shape}.")
+
+
+def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_x0=True,
+                      min_samples=2, estimator_name="estimator"):
+    """Validate training data and the initial-state settings into an :class:`ExperimentData`.
+
+    Parameters
+    ----------
+    t : array-like of shape (n_samples,) or (n_samples, 1), or a list of them
+        Observation times; a list or tuple of time vectors means several experiments.
+    Y : array-like of shape (n_samples, n_observed), or a list of them
+        Observations, NaN where missing; one array per experiment.
+    model : ODEModel
+    observed : sequence of int or str, optional
+        States held by the columns of ``Y`` (None: all).
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), optional
+        Initial state: a guess where estimated, the value where known; NaN: unknown.
+    t0 : float or array-like of shape (n_experiments,), optional
+        Time of ``x0``; None: each experiment's first time.
+    estimate_x0 : bool or array-like of bool of shape (n_states,), default=True
+        Which components of ``x0`` are estimated.
+    min_samples : int, default=2
+        The fewest time points per experiment the method can work with.
+    estimator_name : str, default="estimator"
+        For messages.
+
+    Returns
+    -------
+    ExperimentData
+    """
+    observed = check_observed(observed, model)
+    names = tuple(model.state_names[i] for i in observed)
+    several = _is_experiment_list(t)
+    if several:
+        if not isinstance(Y, (list, tuple)) or len(Y) != len(t):
+            got = f"a list of {len(Y)}" if isinstance(Y, (list, tuple)) else type(Y).__name__
+            raise ValueError(f"t is a list of {len(t)} experiments, so Y must be a list of "
+                             f"{len(t)} observation arrays, one per experiment; got {got}.")
+        pairs = list(zip(t, Y))
+    else:
+        pairs = [(t, Y)]
+    checked = [_check_one(ti, Yi, index=k if several else None, n_observed=len(observed),
+                          observed_names=names, min_samples=min_samples,
+                          estimator_name=estimator_name)
+               for k, (ti, Yi) in enumerate(pairs)]
+    n_exp, n_states = len(checked), model.n_states
+
+    x0_rows = np.full((n_exp, n_states), np.nan) if x0 is None else _per_experiment(
+        x0, n_exp, n_states, "x0")
+    if np.any(np.isinf(x0_rows)):
+        raise ValueError(f"x0 must be finite (NaN marks an unknown component); got {x0}.")
+    mask = np.asarray(estimate_x0)
+    if mask.ndim == 0:
+        mask = np.full(n_states, bool(mask))
+    elif mask.shape != (n_states,) or mask.dtype != bool:
+        raise ValueError(f"estimate_x0 must be True, False or {n_states} booleans (one per "
+                         f"state {model.state_names}); got {estimate_x0!r}.")
+    known_but_missing = ~mask & np.isnan(x0_rows).any(axis=0)
+    if known_but_missing.any():
+        missing = [model.state_names[i] for i in np.flatnonzero(known_but_missing)]
+        raise ValueError(f"estimate_x0 says the initial values of {missing} are known, but "
+                         f"x0 does not give them (x0={x0!r}): pass x0, or estimate them.")
+    if t0 is None:
+        t0_values = [float(ti[0]) for ti, *_ in checked]
+    else:
+        t0_arr = np.asarray(t0, dtype=np.float64).reshape(-1)
+        if t0_arr.size == 1:
+            t0_arr = np.repeat(t0_arr, n_exp)
+        if t0_arr.size != n_exp or not np.all(np.isfinite(t0_arr)):
+            raise ValueError(f"t0 must be one finite time or one per experiment "
+                             f"({n_exp}); got {t0!r}.")
+        t0_values = [float(v) for v in t0_arr]
+    experiments = []
+    for k, ((ti, Yi, mi, _), t0k) in enumerate(zip(checked, t0_values)):
+        if t0k > ti[0]:
+            where = f" of experiment {k}" if several else ""
+            raise ValueError(f"t0={t0k:g} is after the first observation time{where} "
+                             f"{ti[0]:g}; x0 must be the state at or before the data.")
+        experiments.append(Experiment(t=ti, Y=Yi, mask=mi, t0=t0k, x0=x0_rows[k],
+                                      estimate_x0=mask.copy()))
+    return ExperimentData(experiments=tuple(experiments), observed=observed, n_states=n_states,
+                          several=several, y_ndim=checked[0][3],
+                          feature_names=None if several else _feature_names(t))

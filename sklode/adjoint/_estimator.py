@@ -1,0 +1,284 @@
+"""AdjointODE: forward-solver weighted least squares with exact, cheap gradients (seed 002)."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._estimator import ODEEstimator, require_complete, standard_errors, warn_not_converged
+from .._validation import check_bounds
+from ..integrate import INTEGRATORS
+from ._objective import NOISE_KINDS, objective_for_experiment
+from ._solver import BOUNDED_OPTIMIZERS, OPTIMIZERS, adjoint_solve, gauss_newton_covariance
+
+__all__ = ["AdjointODE"]
+
+
+class AdjointODE(ODEEstimator):
+    """Weighted least squares on forward ODE solves with exact gradients (seed 002).
+
+    Fits ``theta`` and, optionally, the initial state ``x0`` at ``t0`` to observations of
+    some of the states. Gradients come from the continuous adjoint (or forward sensitivities)
+    solved on the stored forward trajectory, so one gradient costs about one and a half
+    forward solves whatever the number of parameters. The default optimiser is trust-region
+    Gauss–Newton (scipy ``least_squares``) on the exact sensitivity Jacobian: 6-12 iterations
+    on the seed's SEIRD problems where BFGS needs 20-30.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The vector field.
+    theta0 : array-like of shape (n_params,), default=None
+        Initial parameter guess (None: the model's default guess). Single shooting needs a
+        guess whose trajectory stays finite over the data; start from another method's fit
+        on hard problems.
+    x0 : array-like of shape (n_states,), default=None
+        Initial state at ``t0``: the starting guess where estimated, the known value
+        otherwise; NaN (or None) marks unknown components, which start from the first
+        observation when that state is observed there and need a guess otherwise.
+    t0 : float, default=None
+        Time of ``x0``; None means the first training time. Must not be after it.
+    estimate_x0 : bool or array-like of bool of shape (n_states,), default=True
+        Which components of the initial state are estimated; the others are held at ``x0``.
+    observed : sequence of int or str, default=None
+        Which states ``Y``'s columns hold, as indices or state names (None: all states, in
+        order); the others are hidden and fitted through the dynamics.
+    bounds : (array-like, array-like), default=None
+        Lower and upper bounds on ``theta`` (scalars or one per parameter, ``±inf``
+        allowed). Honoured by ``optimizer="trf"`` and ``"L-BFGS-B"``; the other optimisers
+        refuse them with a ValueError.
+    positive : bool or array-like of bool of shape (n_params,), default=False
+        Optimise ``log(theta)`` for these parameters: they stay strictly positive.
+    sigma : float or array-like, default=1.0
+        Standard deviation of the observations: one value, one per observed state, or one per
+        observation (shape of ``Y``), read according to ``noise_kind``.
+    noise_kind : {"absolute", "relative_rms", "proportional"}, default="absolute"
+        ``sigma`` in units of the data, as a fraction of the RMS of each observed state, or as
+        a fraction of each observation (the seed's weights: noise level times the data).
+        The same words as :mod:`sklode.datasets`.
+    x0_prior : array-like of shape (n_states,), default=None
+        Prior mean ``s0`` of the initial state (used for its estimated components).
+    x0_prior_sigma : float or array-like, default=None
+        Prior standard deviation ``sigma0``; required with ``x0_prior``.
+    invariant : (array-like, float), default=None
+        ``(c, N)``: penalise ``(k/2) (c . x0 - N)^2``, the seed's ``S+E+I+R+D = N``.
+    invariant_weight : float, default=1e-4
+        The penalty ``k``.
+    optimizer : str, default="trf"
+        One of :data:`~sklode.adjoint.OPTIMIZERS`, spelled as scipy spells them: ``"trf"``,
+        ``"lm"``, ``"BFGS"``, ``"L-BFGS-B"``, ``"CG-FR"``, ``"CG-PR"``, ``"CG-HS"``,
+        ``"CG-DY"``. Gauss-Newton type methods (trf, lm) need the fewest solves with few
+        unknowns; gradient methods suit many.
+    gradient : {"adjoint", "forward"}, default="adjoint"
+        How gradient optimisers get the gradient (least-squares optimisers always use the
+        forward-sensitivity Jacobian).
+    tol : float, default=1e-8
+        ``least_squares`` ftol/xtol/gtol; gradient methods stop when the gradient norm has
+        dropped to ``tol`` times its starting value (the seed's rule).
+    max_iter : int, default=200
+        Maximum number of optimiser iterations (``"lm"``: of cost evaluations, MINPACK's only
+        limit, which also bounds its iterations).
+    integrator : str, default="LSODA"
+        Forward solver of the fit and of ``predict`` (:data:`sklode.integrate.INTEGRATORS`);
+        stiff ones are fine.
+    rtol : float, default=1e-8
+        Relative tolerance of every forward solve.
+    atol : float, default=1e-10
+        Absolute tolerance of every forward solve.
+    verbose : int, default=0
+        Log each iteration through the ``sklode`` logger.
+
+    Attributes
+    ----------
+    theta_ : ndarray of shape (n_params,)
+        Estimated parameters, in ``model.param_names`` order.
+    x0_ : ndarray of shape (n_states,)
+        Initial state at ``t0_`` (estimated components fitted, known ones as given).
+    t0_ : float
+        Time of ``x0_``.
+    theta_cov_ : ndarray of shape (n_params, n_params)
+        Gauss-Newton covariance ``s^2 (J^T J)^-1`` (``s^2`` the reduced chi-square).
+    theta_stderr_ : ndarray of shape (n_params,)
+        Square roots of the diagonal of ``theta_cov_``.
+    x0_stderr_ : ndarray of shape (n_states,)
+        Standard errors of ``x0_``; zero for known components.
+    loss_history_ : list of float
+        Cost ``L`` per iteration (index 0: the start).
+    grad_norm_history_ : list of float
+        Gradient norm (in the optimiser's scaled variables) per iteration.
+    n_iter_ : int
+        Optimiser iterations run.
+    n_solves_ : int
+        Forward solves plus derivative (sensitivity or adjoint) passes.
+    converged_ : bool
+        The optimiser's own convergence test.
+    stop_reason_ : str
+        The optimiser's message: why it stopped.
+    solver_ : str
+        Which optimiser and derivative ran.
+    observed_ : tuple of int
+        Indices of the states ``Y``'s columns hold.
+    n_features_in_ : int
+        Always 1 (the time).
+
+    See Also
+    --------
+    BCDProxODE : no forward solves; robust to poor initial guesses on fully observed data.
+    WENDyODE : no forward solves; fast on long, densely sampled series.
+
+    References
+    ----------
+    Hernández and Sánchez, "Parameter estimation in ODEs: modelling and computational issues"
+    (seed 002).
+
+    Examples
+    --------
+    >>> from sklode.datasets import make_trajectory
+    >>> from sklode import AdjointODE
+    >>> data = make_trajectory("seird", noise=0.05, random_state=0)
+    >>> prob = data.problem
+    >>> est = AdjointODE(prob.model, theta0=prob.theta_init, x0=prob.x0, t0=prob.t0,
+    ...                  observed=prob.observed, estimate_x0=False, sigma=0.05,
+    ...                  noise_kind="proportional").fit(data.t, data.Y)
+    >>> est.theta_.round(2), est.converged_
+    (array([0.86, 0.16, 0.2 , 0.01]), True)
+    >>> est.theta_stderr_.round(3)
+    array([0.062, 0.01 , 0.005, 0.   ])
+    """
+
+    _parameter_constraints = {
+        "model": "no_validation",
+        "theta0": ["array-like", None],
+        "x0": ["array-like", None],
+        "t0": [Real, None],
+        "estimate_x0": ["boolean", "array-like"],
+        "observed": ["array-like", None],
+        "bounds": [tuple, list, None],
+        "positive": ["boolean", "array-like"],
+        "sigma": [Interval(Real, 0, None, closed="neither"), "array-like"],
+        "noise_kind": [StrOptions(set(NOISE_KINDS))],
+        "x0_prior": ["array-like", None],
+        "x0_prior_sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
+        "invariant": [tuple, list, None],
+        "invariant_weight": [Interval(Real, 0, None, closed="left")],
+        "optimizer": [StrOptions(set(OPTIMIZERS))],
+        "gradient": [StrOptions({"adjoint", "forward"})],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],
+        "rtol": [Interval(Real, 0, None, closed="neither")],
+        "atol": [Interval(Real, 0, None, closed="neither")],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
+                 observed=None, bounds=None, positive=False, sigma=1.0, noise_kind="absolute",
+                 x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
+                 optimizer="trf", gradient="adjoint", tol=1e-8, max_iter=200,
+                 integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
+        self.model = model
+        self.theta0 = theta0
+        self.x0 = x0
+        self.t0 = t0
+        self.estimate_x0 = estimate_x0
+        self.observed = observed
+        self.bounds = bounds
+        self.positive = positive
+        self.sigma = sigma
+        self.noise_kind = noise_kind
+        self.x0_prior = x0_prior
+        self.x0_prior_sigma = x0_prior_sigma
+        self.invariant = invariant
+        self.invariant_weight = invariant_weight
+        self.optimizer = optimizer
+        self.gradient = gradient
+        self.tol = tol
+        self.max_iter = max_iter
+        self.integrator = integrator
+        self.rtol = rtol
+        self.atol = atol
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, t, Y):
+        """Fit ``theta_`` (and ``x0_``) to observations ``Y`` of the ``observed`` states.
+
+        Parameters
+        ----------
+        t : array-like of shape (n_samples,) or (n_samples, 1)
+            Observation times, at or after ``t0`` (any order is accepted).
+        Y : array-like of shape (n_samples, n_observed)
+            Noisy observations of the ``observed`` states, one row per time.
+
+        Returns
+        -------
+        self : AdjointODE
+            The fitted estimator.
+
+        Raises
+        ------
+        IntegrationError
+            The ODE cannot be solved at the starting point.
+        """
+        name = type(self).__name__
+        data = self._validate_data(t, Y)
+        require_complete(data, name)
+        experiment = data.only_experiment(name)
+        model = self.model
+        objective, u0 = objective_for_experiment(
+            model, experiment, data.observed, theta0=self._initial_theta(), sigma=self.sigma,
+            noise_kind=self.noise_kind, x0_prior=self.x0_prior,
+            x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
+            invariant_weight=self.invariant_weight, positive=self.positive,
+            integrator=self.integrator, rtol=self.rtol, atol=self.atol, estimator_name=name)
+        bounds = self._bounds_in_u(objective)
+        if bounds is not None:  # start strictly inside the box
+            span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
+            u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
+
+        res = adjoint_solve(objective, u0, optimizer=self.optimizer, gradient=self.gradient,
+                            bounds=bounds, tol=self.tol, max_iter=self.max_iter,
+                            verbose=self.verbose)
+
+        x0, theta = objective.split(objective.to_z(res.u))
+        cov = gauss_newton_covariance(objective, res.u)
+        theta_cov = cov[objective.n_x0:, objective.n_x0:]
+        x0_stderr = np.zeros(model.n_states)
+        x0_stderr[objective.free] = standard_errors(cov)[: objective.n_x0]
+        if not res.converged:
+            other = "optimizer='BFGS'" if self.optimizer == "trf" else "optimizer='trf'"
+            warn_not_converged(self, res.n_iter, res.stop_reason,
+                               f"Increase max_iter (now {self.max_iter}), loosen tol (now "
+                               f"{self.tol}) or try {other}.")
+        return self._set_fitted(
+            theta_=theta, x0_=x0, t0_=objective.t0, theta_cov_=theta_cov,
+            theta_stderr_=standard_errors(theta_cov), x0_stderr_=x0_stderr,
+            loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
+            n_iter_=res.n_iter, n_solves_=objective.n_forward + objective.n_derivative,
+            converged_=bool(res.converged), stop_reason_=res.stop_reason, solver_=res.solver,
+            **self._data_attributes(data))
+
+    def _bounds_in_u(self, objective):
+        """Bounds on the optimiser's variables, or None."""
+        model = self.model
+        checked = check_bounds(self.bounds, model.n_params, model.param_names)
+        if checked is None:
+            return None
+        if self.optimizer not in BOUNDED_OPTIMIZERS:
+            raise ValueError(f"bounds need optimizer 'trf' or 'L-BFGS-B', not "
+                             f"{self.optimizer!r}: the other optimisers are unconstrained. "
+                             "Use one of those two, or positive=True for a lower bound of 0.")
+        lo, hi = checked
+        n_x0 = objective.n_x0
+        lower = np.full(n_x0 + model.n_params, -np.inf)
+        upper = np.full(n_x0 + model.n_params, np.inf)
+        log_scale = objective.log_mask[n_x0:]
+        with np.errstate(divide="ignore"):
+            lower[n_x0:] = np.where(log_scale, np.log(np.maximum(lo, 0.0)),
+                                    lo / objective.scale[n_x0:])
+            upper[n_x0:] = np.where(log_scale, np.log(np.maximum(hi, 0.0)),
+                                    hi / objective.scale[n_x0:])
+        return lower, upper
