@@ -38,16 +38,16 @@ def _cpu(fn):
 
 
 def _baseline(problem, Y, numpy_rhs=True):
-    from sklode.baselines import least_squares_like_adjoint
+    from baselines import least_squares_like_adjoint
 
     return least_squares_like_adjoint(problem, Y, numpy_rhs=numpy_rhs)
 
 
 def _fit(problem, Y, **params):
     from sklode import AdjointODE
-    from sklode.datasets import adjoint_settings
+    from sklode.registry import METHODS
 
-    est = AdjointODE(problem.model, **{**adjoint_settings(problem), **params})
+    est = METHODS["adjoint"].make(problem, **params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _, cpu = _cpu(lambda: est.fit(problem.t, Y))
@@ -66,7 +66,7 @@ def section_seird(seeds=10):
     out = {}
     for name in EXAMPLES:
         problem = get_problem(name)
-        rows = {k: [] for k in ("lsq", "lsq_torch", "trf", "bfgs")}
+        rows = {k: [] for k in ("lsq", "lsq_torch", "trf", "BFGS")}
         for seed in range(seeds):
             Y = make_trajectory(name, random_state=seed).Y
             ref, cpu = _cpu(lambda: _baseline(problem, Y))
@@ -74,7 +74,7 @@ def section_seird(seeds=10):
             ref_t, cpu = _cpu(lambda: _baseline(problem, Y, numpy_rhs=False))
             rows["lsq_torch"].append({"cpu_s": cpu, "cost": ref_t.cost})
             best = min(ref.cost, ref_t.cost)
-            for opt in ("trf", "bfgs"):
+            for opt in ("trf", "BFGS"):
                 est, cpu = _fit(problem, Y, optimizer=opt)
                 best = min(best, est.loss_history_[-1])
                 rows[opt].append({
@@ -108,7 +108,7 @@ def section_optimizers(seeds=3):
 
     problem = get_problem("seird")
     out = {}
-    for opt in ("trf", "lm", "bfgs", "l-bfgs-b", "cg-fr", "cg-pr", "cg-hs", "cg-dy"):
+    for opt in ("trf", "lm", "BFGS", "L-BFGS-B", "CG-FR", "CG-PR", "CG-HS", "CG-DY"):
         rs = []
         for seed in range(seeds):
             Y = make_trajectory("seird", random_state=seed).Y
@@ -138,15 +138,16 @@ def _median_cpu(fn, repeat=3):
 def section_gradient_cost():
     """One gradient against one forward solve: SEIRD, and Lorenz-96 with np = d forcings."""
     from sklode import AdjointODE, simulate
-    from sklode.datasets import adjoint_settings, get_problem, make_trajectory
-    from sklode.estimators.adjoint import LeastSquaresObjective
+    from sklode.adjoint import build_objective
+    from sklode.datasets import get_problem, make_trajectory
+    from sklode.adjoint import LeastSquaresObjective
+    from sklode.registry import METHODS
     from sklode.models import Lorenz96
 
     out = {}
     problem = get_problem("seird_e3")
     Y = make_trajectory("seird_e3", random_state=0).Y
-    est = AdjointODE(problem.model, **adjoint_settings(problem))
-    obj, u = est._objective(problem.t, Y, problem.observed)
+    obj, u = build_objective(problem.model, problem.t, Y, **METHODS["adjoint"].settings(problem))
 
     def fresh(fn):
         def run():
@@ -172,7 +173,7 @@ def section_gradient_cost():
         t = np.linspace(0.1, 1.0, 10)
         Yd = simulate(model, F, x_spin, t, t0=0.0) + 0.1 * rng.standard_normal((10, d))
         o = LeastSquaresObjective(model, 0.0, t, Yd, np.full(Yd.shape, 0.1), tuple(range(d)),
-                                  x_spin, F * 1.02, estimate_x0=False, prior=None,
+                                  x_spin, F * 1.02, free=np.zeros(d, dtype=bool), prior=None,
                                   invariant=None, positive=False, integrator="DOP853",
                                   rtol=1e-7, atol=1e-9)
         ud = o.to_u(F * 1.02)
@@ -232,7 +233,7 @@ def to_markdown(results):
             for method, s in res.items():
                 label = {"lsq": "scipy least_squares, numpy rhs",
                          "lsq_torch": "scipy least_squares, same torch rhs",
-                         "trf": "AdjointODE trf (default)", "bfgs": "AdjointODE bfgs"}[method]
+                         "trf": "AdjointODE trf (default)", "BFGS": "AdjointODE BFGS"}[method]
                 c = s["cpu_s"]
                 solves = (f"{s['solves']['median']:.0f} [{s['solves']['min']:.0f}-"
                           f"{s['solves']['max']:.0f}]" if "solves" in s else "-")

@@ -73,7 +73,7 @@ def run_sections(stem, sections, to_markdown, argv=None):
 
 
 def _fit_baseline(problem, data, theta0):
-    from sklode.baselines import NUMPY_RHS, least_squares_fit
+    from baselines import NUMPY_RHS, least_squares_fit
     from sklode.integrate import simulate
 
     res = least_squares_fit(problem.model, data.t, data.Y, theta0, data.Y[0] if

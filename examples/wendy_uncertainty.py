@@ -23,8 +23,8 @@ times = np.r_[10.0, np.sort(rng.uniform(10.0, 15.0, 510)), 15.0]
 lv = dataclasses.replace(lv, t=times, t0=10.0)
 data = make_trajectory(lv, noise=0.10, random_state=0)
 
-# x0="fit_all": x0_ for predict from the whole series (the default uses a short window).
-est = WENDyODE(lv.model, x0="fit_all").fit(data.t, data.Y)
+# x0_method="shooting_all": x0_ for predict from the whole series (the default uses a short window).
+est = WENDyODE(lv.model, x0_method="shooting_all").fit(data.t, data.Y)
 low, high = est.confidence_intervals(0.95).T
 print("Lotka-Volterra, 512 random times in [10, 15], 10 % noise")
 print(f"{'param':>6} {'true':>6} {'estimate':>9} {'std err':>8}  95 % interval")

@@ -380,7 +380,8 @@ def _per_experiment(value, n_experiments, width, name):
     if arr.shape == (n_experiments, width):
         return arr.copy()
     raise ValueError(f"{name} must have shape ({width},) or ({n_experiments}, {width}) for "
-                     f"{n_experiments} experiment(s); got shape {arr.shape}.")
+                     f"{n_experiments} experiment(s), one value per state; got shape "
+                     f"{arr.shape}.")
 
 
 def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_x0=True,

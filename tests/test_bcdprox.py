@@ -12,11 +12,11 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 from sklode import BCDProxODE, ConvergenceWarning
 from sklode.datasets import get_problem, make_trajectory
-from sklode.estimators import _fidelity as fid
+from sklode.bcdprox import _fidelity as fid
 from sklode.integrate import simulate
 from sklode.metrics import estimation_error, parameter_error, prediction_error
 from sklode.models import FitzHughNagumo, Lorenz96, LotkaVolterra
-from sklode.multistep import ab_residual, adams_bashforth_coefficients
+from sklode.bcdprox.multistep import ab_residual, adams_bashforth_coefficients
 
 # Reference implementation (anchors/bcdprox.md), AB3, lambda = 1, noise std 0.5, seeds 0-2:
 # median per-component |theta_hat - theta| and median prediction error ||X - X_hat||_F.
@@ -70,10 +70,36 @@ def test_banded_and_sparse_solves_equal_dense_algebra(rossler_noisy, monkeypatch
     assert_allclose(g_sparse.ravel(), grad_dense, atol=1e-12)
 
 
+@pytest.mark.parametrize("route", ["banded", "sparse"])
+def test_fixed_entries_are_eliminated_from_the_x_step_solve(rossler_noisy, monkeypatch, route):
+    # A known initial state: entries 0 and 2 of X (x0's first and third components) are held.
+    # The solve must equal the dense system with those unknowns removed, and leave them at 0.
+    d, p = rossler_noisy, rossler_noisy.problem
+    grid = fid.Grid.build(d.t, 3)
+    R = fid.residual(p.model, grid, d.Y, p.theta)
+    J = fid.residual_jacobian(p.model, grid, d.Y, p.theta).toarray()
+    rhs = np.random.default_rng(2).standard_normal(d.Y.shape)
+    fixed = np.array([0, 2])
+    free = np.setdiff1d(np.arange(J.shape[1]), fixed)
+    A = (J.T @ J + 0.7 * np.eye(J.shape[1]))[np.ix_(free, free)]
+    expected = np.zeros(J.shape[1])
+    expected[free] = np.linalg.solve(A, rhs.ravel()[free])
+    if route == "sparse":
+        monkeypatch.setattr(fid, "_BANDED_MAX_WIDTH", 0)
+    gradient, _, solve = fid._normal_equations(p.model, grid, d.Y, p.theta, R, d.Y + 0.1, 0.5,
+                                               fixed)
+    rhs_free = rhs.copy()
+    rhs_free.reshape(-1)[fixed] = 0.0  # the caller's right-hand side is the gradient, zero there
+    # Banded Cholesky is exact to rounding; CG stops at a 1e-9 relative residual.
+    tol = {"banded": 1e-10, "sparse": 1e-7}[route]
+    assert_allclose(solve(0.7, rhs_free).ravel(), expected, rtol=tol, atol=10 * tol)
+    assert np.all(gradient.reshape(-1)[fixed] == 0.0)
+
+
 def test_linear_theta_step_is_exact_on_an_ab_trajectory():
     model, theta = LotkaVolterra(), np.array([2.0, 1.0, 4.0, 1.0])
     t = np.sort(np.random.default_rng(0).uniform(0, 4, 60))
-    from sklode.multistep import ab_integrate
+    from sklode.bcdprox.multistep import ab_integrate
 
     X = ab_integrate(lambda s, x: model.f(s, x, theta), [5.0, 3.0], t, 3)
     grid = fid.Grid.build(t, 3)
@@ -214,7 +240,7 @@ def test_outputs_follow_the_contract():
 def test_lbfgs_paper_path_agrees_with_gauss_newton():
     d = make_trajectory("lotka_volterra", noise=0.0)
     fast = BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2)).fit(d.t, d.Y)
-    paper = BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2), solver="lbfgs",
+    paper = BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2), optimizer="L-BFGS-B",
                        acceleration="none", stop="paper", max_iter=3000).fit(d.t, d.Y)
     # Both reach the discretisation-limited answer (reference: 2e-3 absolute).
     assert np.max(np.abs(paper.theta_ - [2, 1, 4, 1])) < 5e-3
@@ -234,7 +260,7 @@ def test_non_convergence_warns_and_leaves_a_usable_fit():
 @pytest.mark.parametrize("param, value, pattern", [
     ("lam", -1.0, r"The 'lam' parameter of BCDProxODE must be a float in the range \[0"),
     ("order", 0, r"The 'order' parameter of BCDProxODE must be an int in the range \[1, 8\]"),
-    ("solver", "adam", r"The 'solver' parameter of BCDProxODE must be a str among"),
+    ("optimizer", "adam", r"The 'optimizer' parameter of BCDProxODE must be a str among"),
     ("stop", "never", r"The 'stop' parameter"),
 ])
 def test_bad_hyper_parameters_raise_the_standard_message(param, value, pattern):

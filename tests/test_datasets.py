@@ -5,7 +5,7 @@ import pytest
 from numpy.testing import assert_allclose
 from scipy.integrate import solve_ivp
 
-from sklode.baselines import NUMPY_RHS
+from baselines import NUMPY_RHS
 from sklode.datasets import get_problem, list_problems, make_trajectory
 
 

@@ -13,26 +13,37 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import get_tags
 
-from sklode.baselines import least_squares_fit
+from baselines import least_squares_fit
 from sklode.datasets import make_trajectory
-from sklode.estimators import ODEEstimatorBase, warn_not_converged
+from sklode._estimator import ODEEstimator, require_complete, warn_not_converged
 from sklode.exceptions import ConvergenceWarning, IntegrationError
 from sklode.models import LotkaVolterra
 
 
-class ShootingODE(ODEEstimatorBase):
+class ShootingODE(ODEEstimator):
     """Test-only estimator: scipy least squares on theta and x0."""
 
-    def __init__(self, model=None, theta0=None, max_nfev=None):
+    def __init__(self, model=None, theta0=None, max_nfev=None, x0=None, t0=None,
+                 estimate_x0=True, observed=None, integrator="LSODA", rtol=1e-8, atol=1e-10):
         self.model = model
         self.theta0 = theta0
         self.max_nfev = max_nfev
+        self.x0 = x0
+        self.t0 = t0
+        self.estimate_x0 = estimate_x0
+        self.observed = observed
+        self.integrator = integrator
+        self.rtol = rtol
+        self.atol = atol
 
     def _min_samples(self):
         return 3
 
     def fit(self, t, Y):
-        t, Y, meta = self._validate_training_data(t, Y)  # every state; meta has observed_
+        data = self._validate_data(t, Y)
+        require_complete(data, "ShootingODE")
+        experiment = data.only_experiment("ShootingODE")
+        t, Y = experiment.t, experiment.Y
         theta0 = self.model.theta_guess() if self.theta0 is None else np.asarray(self.theta0)
         res = least_squares_fit(self.model, t, Y, theta0, Y[0], max_nfev=self.max_nfev)
         if not np.all(np.isfinite(res.theta)) or res.cost > 1e15:
@@ -40,7 +51,7 @@ class ShootingODE(ODEEstimatorBase):
         if not res.success:
             warn_not_converged(self, res.nfev, res.message, "Increase max_nfev.")
         return self._set_fitted(theta_=res.theta, x0_=res.x0, t0_=t[0], n_iter_=res.nfev,
-                                converged_=res.success, **meta)
+                                converged_=res.success, **self._data_attributes(data))
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +127,8 @@ Y2 = np.ones((6, 2))
                              r"state \('prey', 'predator'\)"),
         (np.c_[T, T], Y2, r"t must have shape \(n_samples,\) or \(n_samples, 1\)"),
         (T, None, r"requires y to be passed, but the target y is None"),
-        (T, np.r_[Y2[:5], [[np.nan, 1]]], r"Input Y contains NaN"),
+        (T, np.r_[Y2[:5], [[np.nan, 1]]], r"Y has 1 missing value\(s\) \(NaN\), which "
+                                           r"ShootingODE does not handle"),
     ],
     ids=["duplicate", "nan-t", "inf-t", "lengths", "one-sample", "width", "2col-t", "no-y",
          "nan-y"],

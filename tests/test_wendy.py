@@ -10,16 +10,16 @@ from numpy.testing import assert_allclose
 
 from sklode import WENDyODE
 from sklode.datasets import get_problem, make_trajectory
-from sklode.estimators._testfunctions import product_rows, trapezoid_weights
-from sklode.estimators._testfunctions import test_function_matrices as build_test_functions
-from sklode.estimators.wendy import (
-    _covariance_blocks,
-    _inverse_from_cholesky,
+from sklode.wendy._testfunctions import product_rows, trapezoid_weights
+from sklode.wendy._testfunctions import test_function_matrices as build_test_functions
+from sklode.wendy import estimate_noise
+from sklode.wendy._covariance import (
     FeatureGradients,
-    _noise_corrected_split,
-    _score_bias,
-    _whiten,
-    estimate_noise,
+    covariance_blocks as _covariance_blocks,
+    inverse_from_cholesky as _inverse_from_cholesky,
+    noise_corrected_split as _noise_corrected_split,
+    score_bias as _score_bias,
+    whiten as _whiten,
 )
 from sklode.metrics import relative_coefficient_error
 from sklode.models import FitzHughNagumo, FunctionModel, LotkaVolterra
@@ -245,17 +245,17 @@ def test_predict_starts_from_a_smoothed_initial_state():
     assert est.score(d.t, d.Y) > 0.95
 
 
-def test_fit_all_refines_x0_over_the_whole_series():
+def test_shooting_all_refines_x0_over_the_whole_series():
     for seed in range(3):
         d = make_trajectory("wendy_lotka_volterra", noise=0.10, random_state=seed)
         errors = {}
-        for mode in ("fit", "fit_all"):
-            est = WENDyODE(LotkaVolterra(), x0=mode).fit(d.t, d.Y)
+        for mode in ("shooting", "shooting_all"):
+            est = WENDyODE(LotkaVolterra(), x0_method=mode).fit(d.t, d.Y)
             errors[mode] = np.linalg.norm(est.predict(d.t) - d.X) / np.linalg.norm(d.X)
         # x0_ absorbs the phase drift of theta_'s error over the whole series: measured
         # 0.0088 / 0.0062 / 0.0097 against 0.083 / 0.017 / 0.025 from the short window.
-        assert errors["fit_all"] < errors["fit"]
-        assert errors["fit_all"] < 0.02
+        assert errors["shooting_all"] < errors["shooting"]
+        assert errors["shooting_all"] < 0.02
 
 
 def test_initial_state_of_a_slow_start_is_found():
@@ -281,7 +281,7 @@ def test_initial_state_is_found_when_the_smoothed_start_blows_up():
 
 
 def test_radius_is_the_smallest_the_noise_hides_the_quadrature_error_at():
-    from sklode.estimators._testfunctions import select_min_radius
+    from sklode.wendy._testfunctions import select_min_radius
 
     clean = make_trajectory("wendy_lotka_volterra", noise=0.0)
     noisy = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
@@ -302,8 +302,8 @@ def test_radius_is_the_smallest_the_noise_hides_the_quadrature_error_at():
 
 def test_max_test_functions_caps_the_number_of_combinations():
     data = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
-    few = WENDyODE(data.problem.model, max_test_functions=20, x0="smooth").fit(data.t, data.Y)
-    many = WENDyODE(data.problem.model, max_test_functions=256, x0="smooth").fit(data.t, data.Y)
+    few = WENDyODE(data.problem.model, max_test_functions=20, x0_method="smoothing").fit(data.t, data.Y)
+    many = WENDyODE(data.problem.model, max_test_functions=256, x0_method="smoothing").fit(data.t, data.Y)
     assert few.n_test_functions_ == 20 and many.n_test_functions_ > 128
     # Both are still sensible estimates (5 % noise: E2 of a few 1e-3 with 128; 20 combinations
     # lose information but not consistency).
@@ -319,7 +319,7 @@ def test_a_drifting_iteration_returns_its_most_likely_iterate():
     data = make_trajectory("wendy_hindmarsh_rose", noise=0.2, random_state=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = WENDyODE(data.problem.model, x0="smooth").fit(data.t, data.Y)
+        est = WENDyODE(data.problem.model, x0_method="smoothing").fit(data.t, data.Y)
     assert "smallest weak NLL" in est.stop_reason_
     assert relative_coefficient_error(est.theta_, data.problem.theta) < 1.0
     assert np.all(np.isfinite(est.theta_stderr_))

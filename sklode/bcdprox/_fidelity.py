@@ -224,7 +224,7 @@ def _eliminate_banded(ab, fixed):
         ab[0, f] = 1.0
 
 
-def _normal_equations(model, grid, X, theta, R, anchor, lam, fixed):
+def _normal_equations(model, grid, X, theta, R, anchor, lam, fixed=None):
     """Gradient of ``E + lam |X - anchor|^2`` (halved) and a solver for ``J^T J + s I``.
 
     Narrow bands (few states) use the dense blocks and LAPACK's banded Cholesky; wide ones
@@ -233,6 +233,7 @@ def _normal_equations(model, grid, X, theta, R, anchor, lam, fixed):
     """
     n_times, d = X.shape
     order = grid.B.shape[1]
+    fixed = np.zeros(0, dtype=int) if fixed is None else np.asarray(fixed, dtype=int)
     if (order + 1) * d <= _BANDED_MAX_WIDTH:
         K = jacobian_blocks(model, grid, X, theta)
         gradient = jacobian_transpose_times(K, R, n_times) + lam * (X - anchor)
