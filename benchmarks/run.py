@@ -2,14 +2,18 @@
 
 Every method runs in the same process, single-threaded, on the same noisy data; speed is
 reported as CPU seconds (``time.process_time``) and as a ratio to the hand-written scipy
-baseline (:func:`sklode.baselines.least_squares_fit` with a numpy vector field). Accuracy is
-reported with the papers' metrics. Results go to ``benchmarks/results/<name>.json`` and
-``.md``, which the docs quote.
+baseline (:func:`baselines.least_squares_like_adjoint`: scipy ``least_squares`` with a numpy
+vector field on AdjointODE's cost). Accuracy is reported with the papers' metrics. Estimators
+come from :data:`sklode.registry.METHODS`, posed for the problem as ``compare`` poses them;
+a method that cannot fit the problem (hidden states for BCD-prox and WENDy) is skipped with
+its reason. Results go to ``benchmarks/results/<name>.json`` and ``.md``, which the docs
+quote.
 
 Usage::
 
     python benchmarks/run.py --problem lotka_volterra --seeds 3
     python benchmarks/run.py --problem rossler --methods least_squares,bcdprox --noise 0.5
+    python benchmarks/run.py --problem seird --methods adjoint
 """
 
 from __future__ import annotations
@@ -72,19 +76,20 @@ def run_sections(stem, sections, to_markdown, argv=None):
     return 0
 
 
-def _fit_baseline(problem, data, theta0):
-    from baselines import NUMPY_RHS, least_squares_fit
+BASELINE = "least_squares"
+
+
+def _fit_baseline(problem, data):
+    from baselines import least_squares_like_adjoint
     from sklode.integrate import simulate
 
-    res = least_squares_fit(problem.model, data.t, data.Y, theta0, data.Y[0] if
-                            problem.t0 == data.t[0] else problem.x0, t0=problem.t0,
-                            observed=problem.observed, fun=NUMPY_RHS.get(problem.name))
+    res = least_squares_like_adjoint(problem, data.Y)
     X_hat = simulate(problem.model, res.theta, res.x0, data.t, t0=problem.t0)
     return {"theta": res.theta, "X_hat": X_hat, "n_iter": res.nfev, "converged": res.success}
 
 
-def _fit_estimator(make, problem, data, theta0):
-    est = make(problem.model, theta0)
+def _fit_estimator(method, problem, data):
+    est = method.make(problem)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est.fit(data.t, data.Y)
@@ -96,19 +101,62 @@ def _fit_estimator(make, problem, data, theta0):
     return out
 
 
-def run(problem_name, methods, seeds, noise=None, distribution="gaussian"):
-    """Run every method on every seed; return a list of per-fit records."""
+def applicable_methods(problem_name, methods=None):
+    """The methods to run on ``problem_name`` and the ones skipped with their reason.
+
+    Parameters
+    ----------
+    problem_name : str
+    methods : list of str, optional
+        Default: the baseline and every method of the registry.
+
+    Returns
+    -------
+    run : list of str
+    skipped : dict
+        Method name -> why it cannot fit the problem.
+    """
+    from sklode.registry import METHODS
+
+    methods = [BASELINE, *METHODS] if methods is None else list(methods)
+    unknown = [m for m in methods if m != BASELINE and m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; available: {BASELINE}, "
+                         f"{', '.join(METHODS)}")
+    skipped = {m: METHODS[m].why_not(problem_name) for m in methods if m != BASELINE}
+    skipped = {m: why for m, why in skipped.items() if why}
+    return [m for m in methods if m not in skipped], skipped
+
+
+def run(problem_name, methods=None, seeds=(0,), noise=None, distribution="gaussian"):
+    """Run every applicable method on every seed; return a list of per-fit records.
+
+    Parameters
+    ----------
+    problem_name : str
+    methods : list of str, optional
+        Default: the baseline and every method of the registry. Methods that cannot fit the
+        problem are skipped (printed with their reason).
+    seeds : iterable of int, default=(0,)
+    noise : float, optional
+    distribution : str, default="gaussian"
+
+    Returns
+    -------
+    list of dict
+    """
     from sklode import metrics
     from sklode.datasets import get_problem, make_trajectory
-    from sklode.estimators import available_estimators
+    from sklode.compare import _warm_up
+    from sklode.exceptions import SklodeError
+    from sklode.registry import METHODS
 
     problem = get_problem(problem_name)
-    theta0 = problem.theta_init if problem.theta_init is not None else problem.model.theta_guess()
-    registry = available_estimators()
-    unknown = [m for m in methods if m != "least_squares" and m not in registry]
-    if unknown:
-        raise SystemExit(f"unknown methods {unknown}; available: least_squares, "
-                         f"{', '.join(registry)}")
+    methods, skipped = applicable_methods(problem_name, methods)
+    for name, why in skipped.items():
+        print(f"{problem_name}: {name} skipped ({why})", flush=True)
+    # torch's one-off lazy set-up (~1 s per process) is paid before the clock starts.
+    _warm_up(problem.model, problem.x0, problem.theta)
     records = []
     for seed in seeds:
         data = make_trajectory(problem_name, noise=noise, distribution=distribution,
@@ -116,12 +164,20 @@ def run(problem_name, methods, seeds, noise=None, distribution="gaussian"):
         for method in methods:
             start = time.process_time()
             wall = time.perf_counter()
-            if method == "least_squares":
-                out = _fit_baseline(problem, data, theta0)
-            else:
-                out = _fit_estimator(registry[method], problem, data, theta0)
+            try:
+                if method == BASELINE:
+                    out = _fit_baseline(problem, data)
+                else:
+                    out = _fit_estimator(METHODS[method], problem, data)
+            except SklodeError as exc:  # a fit that cannot start or diverges is a result
+                records.append({"problem": problem_name, "method": method, "seed": int(seed),
+                                "status": "failed", "error": f"{type(exc).__name__}: {exc}"[:300],
+                                "cpu_s": time.process_time() - start})
+                print(f"{problem_name} seed={seed} {method:<14} failed: {records[-1]['error']}",
+                      flush=True)
+                continue
             rec = {
-                "problem": problem_name, "method": method, "seed": int(seed),
+                "problem": problem_name, "method": method, "seed": int(seed), "status": "ok",
                 "cpu_s": time.process_time() - start, "wall_s": time.perf_counter() - wall,
                 "theta": np.asarray(out["theta"]).tolist(),
                 "param_error": metrics.parameter_error(out["theta"], problem.theta).tolist(),
@@ -138,13 +194,17 @@ def run(problem_name, methods, seeds, noise=None, distribution="gaussian"):
 
 
 def summarise(records):
-    """Median per method, and the CPU ratio to the baseline's median."""
+    """Median per method over its successful fits, and the CPU ratio to the baseline's median."""
     methods = list(dict.fromkeys(r["method"] for r in records))
     med = {}
     for m in methods:
-        rs = [r for r in records if r["method"] == m]
+        rs = [r for r in records if r["method"] == m and r.get("status", "ok") == "ok"]
+        if not rs:
+            med[m] = {"n_fits": 0, "failed": sum(r["method"] == m for r in records)}
+            continue
         med[m] = {
             "n_fits": len(rs),
+            "failed": sum(r["method"] == m and r.get("status") == "failed" for r in records),
             "cpu_s": float(np.median([r["cpu_s"] for r in rs])),
             "param_error": np.median([r["param_error"] for r in rs], axis=0).tolist(),
             "E2": float(np.median([r["E2"] for r in rs])),
@@ -153,10 +213,11 @@ def summarise(records):
         }
         if "estimation_error" in rs[0]:
             med[m]["estimation_error"] = float(np.median([r["estimation_error"] for r in rs]))
-    if "least_squares" in med:
-        base = med["least_squares"]["cpu_s"]
+    if med.get(BASELINE, {}).get("n_fits"):
+        base = med[BASELINE]["cpu_s"]
         for m in med:
-            med[m]["cpu_ratio_to_least_squares"] = med[m]["cpu_s"] / base
+            if med[m]["n_fits"]:
+                med[m]["cpu_ratio_to_least_squares"] = med[m]["cpu_s"] / base
     return med
 
 
@@ -167,6 +228,9 @@ def to_markdown(problem_name, summary, meta):
              "| method | CPU s | ratio to least_squares | E2 | per-component abs. error | "
              "prediction error | converged |", "|---|---|---|---|---|---|---|"]
     for m, s in summary.items():
+        if not s["n_fits"]:
+            lines.append(f"| {m} | failed on all {s['failed']} seeds | | | | | |")
+            continue
         ratio = s.get("cpu_ratio_to_least_squares", float("nan"))
         errs = ", ".join(f"{v:.3g}" for v in s["param_error"])
         lines.append(f"| {m} | {s['cpu_s']:.3f} | {ratio:.3g} | {s['E2']:.3g} | {errs} | "
@@ -178,7 +242,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problem", required=True)
     parser.add_argument("--methods", default=None,
-                        help="comma-separated; default: least_squares and every estimator")
+                        help="comma-separated; default: least_squares and every estimator "
+                             "that applies to the problem")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--noise", type=float, default=None)
     parser.add_argument("--distribution", default="gaussian")
@@ -186,10 +251,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     _single_thread()
     from sklode.datasets import get_problem
-    from sklode.estimators import available_estimators
 
-    methods = (args.methods.split(",") if args.methods else
-               ["least_squares", *available_estimators()])
+    methods = args.methods.split(",") if args.methods else None
     records = run(args.problem, methods, range(args.seeds), args.noise, args.distribution)
     problem = get_problem(args.problem)
     meta = {"problem": args.problem, "n_seeds": args.seeds,

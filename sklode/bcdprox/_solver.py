@@ -160,6 +160,14 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
         fixed = np.flatnonzero(np.isfinite(x0))  # row 0 of the row-major X
         X[0, fixed] = x0[fixed]
     theta = np.array(theta0, dtype=np.float64)
+    with np.errstate(all="ignore"):  # the field at the data, where the first steps evaluate it
+        start = (fid.theta_jacobian(model, grid, X, theta) if linear
+                 else fid.residual(model, grid, X, theta))
+    if not np.all(np.isfinite(start)):
+        raise DivergenceError(
+            f"The vector field of {model!r} is not finite at the data (theta0={theta}): it "
+            "overflows or is undefined at the observed states. Check the units of the data "
+            "and the model's domain, or start from another theta0.", n_iter=0)
     use_lbfgs = optimizer == "L-BFGS-B"
     # λ = 0: the X-step must minimise E itself (a manifold of minimisers), not take one step.
     inner = 50 if lam == 0 else 1
@@ -181,7 +189,11 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
     E_prev = np.inf
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
-        theta_new, X_image, E_new = outer_map(X, theta, n_iter == 1)
+        try:
+            with np.errstate(all="ignore"):  # non-finite results are reported just below
+                theta_new, X_image, E_new = outer_map(X, theta, n_iter == 1)
+        except np.linalg.LinAlgError:  # a step's least squares met non-finite numbers
+            theta_new, X_image, E_new = theta, X, np.nan
         if not (np.isfinite(E_new) and np.all(np.isfinite(X_image))
                 and np.all(np.isfinite(theta_new))):
             raise DivergenceError(

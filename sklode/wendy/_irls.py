@@ -241,7 +241,15 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         solver = "nonlinear IRLS (trust region)"
     if bounds is not None:
         solver += ", bounded"
-    theta = system.ols(np.asarray(theta0, dtype=np.float64))
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        start = system.residual(theta0 if bounds is None else np.clip(theta0, *bounds))
+    if not np.all(np.isfinite(start)):
+        raise DivergenceError(
+            f"The weak form of {model!r} is not finite on the data (at theta0={theta0}): the "
+            "vector field overflows or is undefined at the observed states. Check the units "
+            "of the data and the model's domain, or start from another theta0.", n_iter=0)
+    theta = system.ols(theta0)
     theta_ols = theta.copy()
 
     drift_gram = Phidot @ Phidot.T

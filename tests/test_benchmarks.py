@@ -1,0 +1,45 @@
+"""The benchmark runner poses every method on every named problem it applies to, through the
+one registry (it used to fail on SEIRD: "Y has 3 column(s) but AdjointODE expects 5")."""
+
+import pytest
+
+import run as benchmark_run
+from sklode.datasets import list_problems, make_trajectory
+from sklode.registry import METHODS
+
+
+@pytest.mark.parametrize("problem", list_problems())
+def test_every_applicable_method_accepts_the_problems_data(problem):
+    methods, skipped = benchmark_run.applicable_methods(problem)
+    assert methods[0] == benchmark_run.BASELINE
+    assert set(methods[1:]) | set(skipped) == set(METHODS)
+    data = make_trajectory(problem, random_state=0)
+    for name in methods[1:]:
+        est = METHODS[name].make(problem)
+        experiments = est._validate_data(data.t, data.Y)  # what fit validates first
+        assert experiments.experiments[0].Y.shape == data.Y.shape
+    for name, why in skipped.items():
+        # The only reason a method cannot fit a named problem: hidden states.
+        assert "needs every state observed" in why
+        assert not METHODS[name].fits_hidden_states
+
+
+def test_runner_fits_seird_with_the_adjoint_method_and_the_baseline():
+    records = benchmark_run.run("seird", ["adjoint", "least_squares"], seeds=[0])
+    assert [r["method"] for r in records] == ["adjoint", "least_squares"]
+    # Both minimise the same cost: the same optimum to the solvers' tolerances.
+    assert records[0]["theta"] == pytest.approx(records[1]["theta"], rel=1e-3)
+
+
+def test_runner_skips_methods_that_cannot_fit_hidden_states(capsys):
+    records = benchmark_run.run("seird", seeds=[0])
+    assert {r["method"] for r in records} == {"adjoint", "least_squares"}
+    assert "bcdprox skipped" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", list_problems())
+def test_runner_runs_every_method_on_every_problem(problem):
+    methods, _ = benchmark_run.applicable_methods(problem)
+    records = benchmark_run.run(problem, seeds=[0])
+    assert [r["method"] for r in records] == methods

@@ -1,0 +1,217 @@
+"""The common vocabulary: the same parameter names with the same meaning in all three
+estimators, the same fitted attributes, and no silent switch of algorithm."""
+
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from sklode import AdjointODE, BCDProxODE, WENDyODE
+from sklode.adjoint import OPTIMIZERS
+from sklode.datasets import make_trajectory
+from sklode.exceptions import ConvergenceWarning, DivergenceError, IntegrationError, SklodeError
+from sklode.models import LotkaVolterra
+
+ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]
+by_estimator = pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
+
+COMMON_PARAMETERS = ("model", "theta0", "x0", "t0", "estimate_x0", "observed", "bounds",
+                     "positive", "tol", "max_iter", "verbose", "integrator", "rtol", "atol")
+COMMON_FITTED = ("theta_", "theta_cov_", "theta_stderr_", "x0_", "x0_stderr_", "t0_",
+                 "n_iter_", "converged_", "stop_reason_", "solver_", "observed_",
+                 "n_features_in_")
+THETA0 = (2.5, 1.5, 4.5, 1.5)
+
+
+@pytest.fixture(scope="module")
+def lv():
+    # The BCD-prox paper's LV problem at noise std 0.1: 41 points, enough for WENDy's 16.
+    return make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+
+
+def _fit(est, data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return est.fit(data.t, data.Y)
+
+
+@pytest.fixture(scope="module")
+def fitted(lv):
+    return {E: _fit(E(LotkaVolterra(), theta0=THETA0), lv) for E in ESTIMATORS}
+
+
+@by_estimator
+def test_common_parameters_exist_with_the_same_defaults(Estimator):
+    params = Estimator(LotkaVolterra()).get_params()
+    assert set(COMMON_PARAMETERS) <= set(params)
+    defaults = {"theta0": None, "x0": None, "t0": None, "estimate_x0": True, "observed": None,
+                "bounds": None, "positive": False, "verbose": 0, "integrator": "LSODA",
+                "rtol": 1e-8, "atol": 1e-10}
+    assert {k: params[k] for k in defaults} == defaults
+
+
+@by_estimator
+def test_common_fitted_attributes_are_set(Estimator, fitted):
+    est = fitted[Estimator]
+    for name in COMMON_FITTED:
+        assert hasattr(est, name), name
+    assert est.theta_.shape == (4,) and est.theta_cov_.shape == (4, 4)
+    assert est.x0_.shape == (2,) and est.x0_stderr_.shape == (2,)
+    assert isinstance(est.stop_reason_, str) and est.stop_reason_
+    assert isinstance(est.solver_, str) and est.solver_
+    assert est.observed_ == (0, 1) and est.n_features_in_ == 1
+    # Noise std 0.1 on 41 points: every method within 0.6 of theta = (2, 1, 4, 1) (measured
+    # max errors 0.25-0.45); a broken fit is off by far more.
+    assert np.max(np.abs(est.theta_ - [2, 1, 4, 1])) < 0.6
+
+
+@by_estimator
+def test_confidence_intervals_on_every_estimator(Estimator, fitted):
+    est = fitted[Estimator]
+    ci = est.confidence_intervals(0.95)
+    assert ci.shape == (4, 2)
+    assert np.all(np.isfinite(ci)) and np.all(ci[:, 0] <= est.theta_) and np.all(
+        est.theta_ <= ci[:, 1])
+    # A 99 % interval is wider than a 95 % one by the ratio of normal quantiles.
+    wide = est.confidence_intervals(0.99)
+    assert_allclose((wide[:, 1] - wide[:, 0]), (ci[:, 1] - ci[:, 0]) * 2.5758 / 1.9600,
+                    rtol=1e-4)
+    with pytest.raises(ValueError, match="level must be strictly between 0 and 1"):
+        est.confidence_intervals(1.5)
+
+
+@by_estimator
+def test_a_known_x0_array_is_held_exactly(Estimator, lv):
+    x0 = np.array([5.0, 3.0])  # the true initial state of the problem
+    est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, x0=x0, estimate_x0=False), lv)
+    assert np.array_equal(est.x0_, x0)
+    assert np.array_equal(est.x0_stderr_, [0.0, 0.0])
+
+
+@by_estimator
+def test_a_per_state_estimate_x0_mask_holds_only_the_known_component(Estimator, lv):
+    x0 = np.array([5.0, np.nan])  # prey known, predator unknown
+    est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, x0=x0,
+                         estimate_x0=np.array([False, True])), lv)
+    assert est.x0_[0] == 5.0
+    assert est.x0_stderr_[0] == 0.0
+    # The predator starts near its true 3 (noise 0.1; the data are there at t0).
+    assert abs(est.x0_[1] - 3.0) < 0.5
+
+
+@by_estimator
+def test_an_x0_guess_is_accepted(Estimator, lv):
+    est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, x0=[4.0, 2.0]), lv)
+    assert np.all(np.isfinite(est.x0_))
+
+
+@pytest.mark.parametrize("Estimator, settings", [
+    (BCDProxODE, {"tol": 1e-14}),
+    (WENDyODE, {"tol": 1e-14}),
+    *[(AdjointODE, {"optimizer": name, "tol": 1e-14}) for name in OPTIMIZERS],
+], ids=lambda v: v.__name__ if isinstance(v, type) else v.get("optimizer", ""))
+def test_max_iter_bounds_the_iterations_of_the_main_loop(Estimator, settings, lv):
+    est = Estimator(LotkaVolterra(), theta0=THETA0, max_iter=3, **settings)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        est.fit(lv.t, lv.Y)
+    assert 1 <= est.n_iter_ <= 3
+    assert not est.converged_
+    assert "max_iter=3" in est.stop_reason_ or est.optimizer == "lm"
+
+
+BOUND_PATHS = [
+    (BCDProxODE, {}),
+    (BCDProxODE, {"optimizer": "L-BFGS-B", "acceleration": "none", "max_iter": 300}),
+    (WENDyODE, {}),
+    (AdjointODE, {"optimizer": "trf"}),
+    (AdjointODE, {"optimizer": "L-BFGS-B"}),
+]
+
+
+@pytest.mark.parametrize("Estimator, settings", BOUND_PATHS,
+                         ids=lambda v: v.__name__ if isinstance(v, type) else str(v))
+def test_an_active_bound_holds_exactly(Estimator, settings, lv, fitted):
+    # The unconstrained c (third parameter) is near 4; an upper bound of 3.5 is active.
+    upper = np.array([np.inf, np.inf, 3.5, np.inf])
+    est = _fit(Estimator(LotkaVolterra(), theta0=(2.5, 1.5, 3.0, 1.5),
+                         bounds=(-np.inf, upper), **settings), lv)
+    assert fitted[Estimator].theta_[2] > 3.5  # the bound is active
+    assert est.theta_[2] <= 3.5
+    if Estimator is not BCDProxODE:
+        # WENDy and AdjointODE minimise one cost over theta: its bounded optimum sits on the
+        # bound. BCD-prox's states move with theta, so its bounded fixed point may lie inside.
+        assert est.theta_[2] == pytest.approx(3.5, abs=1e-6)
+    assert "bound" in est.solver_ or est.optimizer in ("trf", "L-BFGS-B")
+
+
+@by_estimator
+def test_non_binding_bounds_change_nothing(Estimator, lv, fitted):
+    # No silent path switch: bounds that do not bind give the unbounded estimate.
+    est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, bounds=(-100.0, 100.0)), lv)
+    # Same algorithm; the bounded solvers stop to their own tolerances (1e-6 relative).
+    assert_allclose(est.theta_, fitted[Estimator].theta_, rtol=1e-5)
+
+
+@by_estimator
+def test_positive_keeps_parameters_non_negative(Estimator, lv):
+    # theta0 with a negative entry is fine for the bounded methods, not for the log scale.
+    theta0 = THETA0 if Estimator is AdjointODE else (2.5, -1.0, 4.5, 1.5)
+    est = _fit(Estimator(LotkaVolterra(), theta0=theta0, positive=True), lv)
+    assert np.all(est.theta_ >= 0)
+
+
+@pytest.mark.parametrize("optimizer", sorted(set(OPTIMIZERS) - {"trf", "L-BFGS-B"}))
+def test_unbounded_optimizers_refuse_bounds_with_a_clear_error(optimizer, lv):
+    est = AdjointODE(LotkaVolterra(), theta0=THETA0, optimizer=optimizer, bounds=(0, 10))
+    with pytest.raises(ValueError, match=r"bounds need optimizer 'trf' or 'L-BFGS-B'"):
+        est.fit(lv.t, lv.Y)
+
+
+@by_estimator
+def test_observed_by_state_names_equals_by_index(Estimator, lv, fitted):
+    est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, observed=("prey", "predator")), lv)
+    assert_allclose(est.theta_, fitted[Estimator].theta_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE], ids=lambda c: c.__name__)
+def test_hidden_states_are_refused_naming_an_estimator_that_can(Estimator, lv):
+    est = Estimator(LotkaVolterra(), theta0=THETA0, observed=("prey",))
+    with pytest.raises(ValueError, match=r"needs every state observed.*Use AdjointODE"):
+        est.fit(lv.t, lv.Y[:, :1])
+
+
+@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE], ids=lambda c: c.__name__)
+def test_t0_before_the_data_is_refused_where_the_method_cannot_use_it(Estimator, lv):
+    est = Estimator(LotkaVolterra(), theta0=THETA0, t0=-1.0)
+    with pytest.raises(ValueError, match=r"places the initial state at the first observation"):
+        est.fit(lv.t, lv.Y)
+
+
+def test_failures_share_one_exception_family():
+    assert issubclass(IntegrationError, SklodeError) and issubclass(IntegrationError,
+                                                                     RuntimeError)
+    assert issubclass(DivergenceError, SklodeError) and issubclass(DivergenceError,
+                                                                    FloatingPointError)
+
+
+@by_estimator
+def test_a_field_that_overflows_on_the_data_raises_a_sklode_error(Estimator):
+    # x' = exp(k x) on data of size ~1e3 overflows at the data (BCD-prox, WENDy) and blows up
+    # at once when integrated (AdjointODE): each says so with an sklode error, not garbage.
+    from sklode.models import FunctionModel
+
+    model = FunctionModel(_exponential_growth, ("x",), ("k",), default_theta=(1.0,))
+    t = np.linspace(0.0, 1.0, 40)
+    Y = np.linspace(1e3, 2e3, 40)[:, None]
+    est = Estimator(model, theta0=(1.0,), max_iter=50)
+    with pytest.raises(SklodeError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(t, Y)
+
+
+def _exponential_growth(t, x, theta):
+    import torch
+
+    return torch.exp(theta[0] * x)
