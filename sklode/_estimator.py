@@ -108,6 +108,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         Returns
         -------
         X : ndarray of shape (n_samples, n_states)
+            The states at ``t``, in the order given.
         """
         check_is_fitted(self)
         return simulate(self.model, self.theta_, self.x0_, check_times(t), t0=self.t0_,

@@ -145,6 +145,7 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
     methods : sequence of str, default=("bcdprox", "wendy", "adjoint")
         Names from :data:`sklode.registry.METHODS`.
     trials : int, default=10
+        Noisy trials per problem and method.
     noise : float, optional
         Noise standard deviation in each problem's convention; default the problem's.
     theta0_noise : float, optional
@@ -191,9 +192,15 @@ def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=N
     t, Y : array-like
         Times and observations of the ``observed`` states.
     model : ODEModel
+        The vector field.
     methods : sequence of str
+        Names from :data:`sklode.registry.METHODS`.
     theta0, observed, t0, x0 : optional
         As for the estimators (``observed`` and ``x0`` only matter for AdjointODE).
+    n_jobs : int, optional
+        joblib workers, one fit each.
+    as_frame : bool, optional
+        Return a pandas DataFrame (default when pandas is installed) or a list of dicts.
 
     Returns
     -------
@@ -242,6 +249,8 @@ def summarize(records, *, blowup=100.0):
     Returns
     -------
     DataFrame or list of dict
+        One row per (problem, method): ``trials, ok, failed, skipped, converged``, the
+        count of diverged fits, and the medians of the errors and of CPU and wall seconds.
     """
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     groups = {}
@@ -270,7 +279,18 @@ def summarize(records, *, blowup=100.0):
 
 
 def format_summary(summary):
-    """A markdown table of :func:`summarize`'s output."""
+    """A markdown table of :func:`summarize`'s output.
+
+    Parameters
+    ----------
+    summary : DataFrame or list of dict
+        Output of :func:`summarize`.
+
+    Returns
+    -------
+    str
+        The table, one row per (problem, method); empty for no rows.
+    """
     rows = summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
     if not rows:
         return ""

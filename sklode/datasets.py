@@ -100,7 +100,13 @@ class Problem:
     source: str = ""
 
     def clean_states(self):
-        """All states at ``t`` without noise, shape ``(n_times, n_states)``."""
+        """All states at ``t`` without noise.
+
+        Returns
+        -------
+        ndarray of shape (n_times, n_states)
+            A copy of the cached clean trajectory.
+        """
         return _clean_states(self.name).copy()
 
 
@@ -111,6 +117,7 @@ class Trajectory:
     Attributes
     ----------
     t : ndarray of shape (n_times,)
+        Observation times.
     Y : ndarray of shape (n_times, n_observed)
         Noisy observed states.
     X : ndarray of shape (n_times, n_states)
@@ -118,6 +125,7 @@ class Trajectory:
     noise_std : ndarray of shape (n_times, n_observed)
         The standard deviation used for each entry of ``Y``.
     problem : Problem
+        The problem the data come from.
     """
 
     t: np.ndarray
@@ -234,7 +242,13 @@ _NAMES = (
 
 
 def list_problems():
-    """Names accepted by :func:`get_problem`."""
+    """Names accepted by :func:`get_problem`.
+
+    Returns
+    -------
+    list of str
+        The problem names, in a stable order.
+    """
     return list(_NAMES)
 
 
@@ -246,7 +260,15 @@ def _cached_problem(name):
 def get_problem(name):
     """The problem called ``name`` (see :func:`list_problems`).
 
-    Returns a fresh copy each time, so callers may modify its arrays.
+    Parameters
+    ----------
+    name : str
+        A problem name.
+
+    Returns
+    -------
+    Problem
+        A fresh copy each time, so callers may modify its arrays.
     """
     p = _cached_problem(name)
     copy = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(p).items()}

@@ -49,7 +49,9 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     Parameters
     ----------
     model : ODEModel
+        The vector field.
     theta : array-like of shape (n_params,)
+        Parameters.
     x0 : array-like of shape (n_states,) or (n_batch, n_states)
         State at ``t_span[0]``. A 2-D ``x0`` integrates ``n_batch`` copies of the ODE as one
         system: one integrator call with one step sequence for all, which costs little more
@@ -68,6 +70,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         Keep the continuous solution (``sol.sol``), e.g. for an adjoint backward pass.
         Batched: ``sol.y`` rows are the flattened ``(n_batch, n_states)`` state.
     max_step : float, default=inf
+        Largest step the integrator may take.
     max_evaluations : int, optional
         Give up (``IntegrationError``) after this many evaluations of the vector field: a
         trial parameter for which the solution nearly blows up or turns stiff can otherwise
@@ -162,8 +165,11 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="LSODA", rtol=1e-8, ato
     Parameters
     ----------
     model : ODEModel
+        The vector field.
     theta : array-like of shape (n_params,)
+        Parameters.
     x0 : array-like of shape (n_states,)
+        State at ``t0``.
     t : array-like of shape (n_times,)
         Output times in any order; repeats allowed; times before ``t0`` are reached by
         integrating backwards.
@@ -171,7 +177,10 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="LSODA", rtol=1e-8, ato
         Time of ``x0``. Default: the earliest of ``t``.
     integrator : str, default="LSODA"
         A :func:`scipy.integrate.solve_ivp` method; see :func:`solve`.
-    rtol, atol : float, default=1e-8, 1e-10
+    rtol : float, default=1e-8
+        Relative tolerance.
+    atol : float, default=1e-10
+        Absolute tolerance.
 
     Returns
     -------

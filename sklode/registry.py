@@ -97,11 +97,14 @@ class Method:
         Parameters
         ----------
         problem : str or Problem
+            A named problem or a :class:`~sklode.datasets.Problem`.
         theta0 : array-like, optional
+            Initial guess replacing the problem's.
 
         Returns
         -------
         dict
+            Keyword arguments for the estimator's constructor (the model excluded).
         """
         settings = self.pose(_as_problem(problem))
         if theta0 is not None:
@@ -114,6 +117,7 @@ class Method:
         Parameters
         ----------
         problem : str or Problem
+            A named problem or a :class:`~sklode.datasets.Problem`.
         theta0 : array-like, optional
             Initial guess; default the problem's ``theta_init`` (or the model's guess).
         **overrides
@@ -122,6 +126,7 @@ class Method:
         Returns
         -------
         estimator
+            An unfitted estimator.
         """
         p = _as_problem(problem)
         return self.estimator(p.model, **{**self.settings(p, theta0), **overrides})
@@ -132,10 +137,12 @@ class Method:
         Parameters
         ----------
         problem : str or Problem
+            A named problem or a :class:`~sklode.datasets.Problem`.
 
         Returns
         -------
         str or None
+            The reason, in words.
         """
         p = _as_problem(problem)
         if not self.fits_hidden_states and len(p.observed) < p.model.n_states:
@@ -160,10 +167,12 @@ def get_method(name):
     Parameters
     ----------
     name : str
+        One of ``METHODS``.
 
     Returns
     -------
     Method
+        The registry entry.
     """
     try:
         return METHODS[name]

@@ -43,26 +43,36 @@ class LeastSquaresObjective:
     Parameters
     ----------
     model : ODEModel
+        The vector field.
     t0 : float
         Time of the initial state.
-    t, Y : ndarray
-        Increasing observation times (>= t0) and observations of the ``observed`` states.
-    sigma : ndarray, same shape as Y
+    t : ndarray of shape (n_times,)
+        Increasing observation times (>= t0).
+    Y : ndarray of shape (n_times, n_observed)
+        Observations of the ``observed`` states.
+    sigma : ndarray of shape (n_times, n_observed)
         Standard deviation of each observation.
     observed : tuple of int
-    x0 : ndarray (n_states,)
+        Indices of the states ``Y``'s columns hold.
+    x0 : ndarray of shape (n_states,)
         Starting (or known) initial state.
-    theta : ndarray (n_params,)
+    theta : ndarray of shape (n_params,)
         Starting parameters.
-    free : ndarray of bool (n_states,)
+    free : ndarray of bool of shape (n_states,)
         Components of x0 that are estimated.
-    prior : (s0, sigma0) or None
-        Prior mean and standard deviation of x0 (applied to the free components).
-    invariant : (c, total, k) or None
-        Penalty ``k/2 (c . x0 - total)^2`` (when some component is free).
-    positive : ndarray of bool (n_params,)
+    prior : (ndarray, ndarray) or None
+        Prior mean ``s0`` and standard deviation ``sigma0`` of x0 (applied to the free
+        components).
+    invariant : (ndarray, float, float) or None
+        ``(c, total, k)``: penalty ``k/2 (c . x0 - total)^2`` (when some component is free).
+    positive : ndarray of bool of shape (n_params,)
         Parameters optimised on the log scale.
-    integrator, rtol, atol : forward-solver settings.
+    integrator : str
+        Forward solver (:data:`sklode.integrate.INTEGRATORS`).
+    rtol : float
+        Relative tolerance of the forward solves.
+    atol : float
+        Absolute tolerance of the forward solves.
     """
 
     def __init__(self, model, t0, t, Y, sigma, observed, x0, theta, *, free, prior,
@@ -89,7 +99,18 @@ class LeastSquaresObjective:
 
     # ------------------------------------------------------------------ variables
     def to_u(self, z):
-        """Optimiser variables from ``z = [x0[free], theta]``."""
+        """Optimiser variables from the unknowns.
+
+        Parameters
+        ----------
+        z : array-like of shape (n_unknowns,)
+            ``[x0[free], theta]``.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            ``z / scale``, or ``log(theta)`` for positive parameters.
+        """
         z = np.asarray(z, dtype=np.float64)
         if np.any(z[self.log_mask] <= 0):
             raise ValueError("positive=True needs strictly positive starting parameters; got "
@@ -99,19 +120,54 @@ class LeastSquaresObjective:
         return u
 
     def to_z(self, u):
-        """``z = [x0[free], theta]`` from the optimiser variables."""
+        """The unknowns from the optimiser variables (the inverse of :meth:`to_u`).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            ``z = [x0[free], theta]``.
+        """
         z = u * self.scale
         z[self.log_mask] = np.exp(u[self.log_mask])
         return z
 
     def dz_du(self, u):
-        """Diagonal of ``dz/du``."""
+        """Diagonal of ``dz/du`` (the map is element-wise).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            ``scale``, or ``exp(u)`` for positive parameters.
+        """
         d = self.scale.copy()
         d[self.log_mask] = np.exp(u[self.log_mask])
         return d
 
     def split(self, z):
-        """The whole initial state and theta from ``z``."""
+        """The whole initial state and theta from the unknowns.
+
+        Parameters
+        ----------
+        z : ndarray of shape (n_unknowns,)
+            The unknowns ``[x0[free], theta]``.
+
+        Returns
+        -------
+        x0 : ndarray of shape (n_states,)
+            Known components as given, free ones from ``z``.
+        theta : ndarray of shape (n_params,)
+            The parameters.
+        """
         x0 = self.x0_fixed.copy()
         x0[self.free] = z[: self.n_x0]
         return x0, z[self.n_x0:]
@@ -130,7 +186,18 @@ class LeastSquaresObjective:
         return self._cache
 
     def trajectory(self, u):
-        """The forward trajectory at ``u`` (cached)."""
+        """The forward trajectory at ``u`` (cached: derivatives at ``u`` reuse it).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        Trajectory
+            The stored forward solution (:func:`~sklode.adjoint.forward_trajectory`).
+        """
         return self._evaluate(u)[0]
 
     def extra_terms(self, x0):
@@ -138,10 +205,17 @@ class LeastSquaresObjective:
         and their Jacobian with respect to the free components of x0 (constant: both are
         affine in x0).
 
+        Parameters
+        ----------
+        x0 : ndarray of shape (n_states,)
+            The whole initial state.
+
         Returns
         -------
-        r : ndarray (n_extra,)
-        J : ndarray (n_extra, n_free)
+        r : ndarray of shape (n_extra,)
+            The residuals.
+        J : ndarray of shape (n_extra, n_free)
+            Their Jacobian.
         """
         r, J = [np.zeros(0)], [np.zeros((0, self.n_x0))]
         if self.n_x0 and self.prior is not None:
@@ -156,11 +230,34 @@ class LeastSquaresObjective:
         return np.concatenate(r), np.vstack(J)
 
     def residual(self, u):
-        """The residual vector ``r`` at ``u``."""
+        """The residual vector ``r`` at ``u`` (data misfits, then the x0 terms).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals,)
+            Raises :class:`~sklode.exceptions.IntegrationError` where the ODE cannot be
+            solved.
+        """
         return self._evaluate(u)[2]
 
     def safe_residual(self, u):
-        """Residual, or NaNs where the ODE blows up (trust-region methods then shrink)."""
+        """Residual, or NaNs where the ODE blows up (trust-region methods then shrink).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals,)
+            As :meth:`residual`, all NaN where the ODE cannot be solved.
+        """
         try:
             return self.residual(u)
         except IntegrationError as exc:
@@ -168,13 +265,35 @@ class LeastSquaresObjective:
             return np.full(self.Y.size + self.extra_terms(self.x0_fixed)[0].size, np.nan)
 
     def cost(self, u):
-        """``L = 1/2 ||r||^2`` at ``u``."""
+        """The cost at ``u``.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        float
+            ``L = 1/2 ||r||^2``.
+        """
         r = self.residual(u)
         return 0.5 * float(r @ r)
 
     # ------------------------------------------------------------------ derivatives
     def jacobian_z(self, u):
-        """``dr/dz`` from forward sensitivities, shape (n_residuals, n_unknowns)."""
+        """Jacobian of the residual in the unknowns, from forward sensitivities.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals, n_unknowns)
+            ``dr/dz``.
+        """
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
         S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0)
@@ -188,11 +307,37 @@ class LeastSquaresObjective:
         return np.vstack([J_data.reshape(-1, S.shape[-1]), block])
 
     def jacobian(self, u):
-        """``dr/du``."""
+        """Jacobian of the residual in the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals, n_unknowns)
+            ``dr/du``.
+        """
         return self.jacobian_z(u) * self.dz_du(u)[None, :]
 
     def value_and_grad(self, u, method="adjoint"):
-        """``(L, dL/du)``; ``method`` "adjoint" or "forward" (sensitivities)."""
+        """The cost and its gradient in the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+        method : {"adjoint", "forward"}, default="adjoint"
+            Continuous adjoint (one backward pass) or forward sensitivities.
+
+        Returns
+        -------
+        L : float
+            The cost.
+        grad : ndarray of shape (n_unknowns,)
+            ``dL/du``.
+        """
         traj, data, r, x0, theta = self._evaluate(u)
         if method == "forward":
             return 0.5 * float(r @ r), self.jacobian(u).T @ r
@@ -206,7 +351,22 @@ class LeastSquaresObjective:
 
     def safe_value_and_grad(self, u, method="adjoint"):
         """As :meth:`value_and_grad`, with an infinite cost where the ODE blows up, so that
-        line searches step back."""
+        line searches step back.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+        method : {"adjoint", "forward"}, default="adjoint"
+            As for :meth:`value_and_grad`.
+
+        Returns
+        -------
+        L : float
+            The cost, or inf where the ODE cannot be solved.
+        grad : ndarray of shape (n_unknowns,)
+            ``dL/du``, or NaN there.
+        """
         try:
             return self.value_and_grad(u, method)
         except IntegrationError as exc:
@@ -230,7 +390,8 @@ def observation_sigma(Y, sigma, noise_kind):
 
     Returns
     -------
-    ndarray like ``Y``
+    ndarray of shape (n_times, n_observed)
+        The standard deviation of each entry of ``Y``.
     """
     value = np.asarray(sigma, dtype=np.float64)
     try:
@@ -282,8 +443,8 @@ def objective_for_experiment(model, experiment, observed, *, theta0, sigma=1.0,
     experiment : Experiment
     observed : tuple of int
     theta0 : ndarray of shape (n_params,)
-    sigma, noise_kind, x0_prior, x0_prior_sigma, invariant, invariant_weight, positive,
-    integrator, rtol, atol
+    sigma, noise_kind, x0_prior, x0_prior_sigma, invariant, invariant_weight, positive, \
+integrator, rtol, atol
         As for :class:`~sklode.AdjointODE`.
     estimator_name : str, default="AdjointODE"
         For messages.
@@ -313,8 +474,11 @@ def build_objective(model, t, Y, *, theta0=None, x0=None, t0=None, estimate_x0=T
     Parameters
     ----------
     model : ODEModel
+        The vector field.
     t : array-like of shape (n_samples,)
+        Observation times.
     Y : array-like of shape (n_samples, n_observed)
+        Observations of the observed states.
     theta0, x0, t0, estimate_x0, observed : optional
         As for :class:`~sklode.AdjointODE`.
     **settings
@@ -326,6 +490,7 @@ def build_objective(model, t, Y, *, theta0=None, x0=None, t0=None, estimate_x0=T
     Returns
     -------
     objective : LeastSquaresObjective
+        The cost.
     u0 : ndarray
         The starting point in optimiser variables.
     """

@@ -79,9 +79,39 @@ class Trajectory:
 
 def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
                        max_evaluations=None):
-    """Solve from ``(t0, x0)`` to the last of the increasing times ``t_obs`` (all ``>= t0``).
+    """Solve from ``(t0, x0)`` to the last of the increasing times ``t_obs`` (all ``>= t0``)
+    and keep what the derivative passes need.
 
-    Raises :class:`~sklode.IntegrationError` on blow-up or integrator failure.
+    Parameters
+    ----------
+    model : ODEModel
+        The vector field.
+    theta : ndarray of shape (n_params,)
+        Parameters.
+    x0 : ndarray of shape (n_states,)
+        State at ``t0``.
+    t0 : float
+        Start time.
+    t_obs : ndarray of shape (n_obs,)
+        Increasing observation times, all at or after ``t0``.
+    integrator : str
+        Forward solver (:data:`sklode.integrate.INTEGRATORS`).
+    rtol : float
+        Relative tolerance.
+    atol : float
+        Absolute tolerance.
+    max_evaluations : int, optional
+        Give up (``IntegrationError``) after this many field evaluations.
+
+    Returns
+    -------
+    Trajectory
+        The solution at the observation times, the step grid and the dense output.
+
+    Raises
+    ------
+    IntegrationError
+        On blow-up or integrator failure.
     """
     t_obs = np.asarray(t_obs, dtype=np.float64)
     x0 = np.asarray(x0, dtype=np.float64)
@@ -208,6 +238,17 @@ class _MatrixFreeStages:
 def sensitivities(model, theta, traj, with_x0=True):
     """Forward sensitivities of the state at the observation times.
 
+    Parameters
+    ----------
+    model : ODEModel
+        The vector field.
+    theta : ndarray of shape (n_params,)
+        Parameters of the forward solve.
+    traj : Trajectory
+        The stored forward solution (:func:`forward_trajectory`).
+    with_x0 : bool, default=True
+        Include the derivatives in the initial state.
+
     Returns
     -------
     S : ndarray of shape (n_obs, n_states, q)
@@ -283,6 +324,12 @@ def adjoint_gradient(model, theta, traj, jumps):
 
     Parameters
     ----------
+    model : ODEModel
+        The vector field.
+    theta : ndarray of shape (n_params,)
+        Parameters of the forward solve.
+    traj : Trajectory
+        The stored forward solution (:func:`forward_trajectory`).
     jumps : ndarray of shape (n_obs, n_states)
         ``dL/dx(t_i)`` (for weighted least squares ``P^T (P x_i - y_i) / sigma_i^2``).
 

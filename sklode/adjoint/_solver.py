@@ -51,9 +51,13 @@ class AdjointResult:
     u : ndarray
         The optimum in optimiser variables (``objective.to_z`` maps it back).
     n_iter : int
+        Iterations run.
     converged : bool
+        The optimiser's own convergence test.
     stop_reason : str
+        Why it stopped, in words.
     solver : str
+        Which optimiser and derivative ran.
     loss_history : list of float
         Cost after each iteration (index 0: the start).
     grad_norm_history : list of float
@@ -80,6 +84,7 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     Parameters
     ----------
     objective : LeastSquaresObjective
+        The cost (:func:`~sklode.adjoint.build_objective`).
     u0 : ndarray
         Start, in optimiser variables (strictly inside ``bounds``).
     optimizer : str, default="trf"
@@ -99,6 +104,7 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     Returns
     -------
     AdjointResult
+        The optimum, the iteration count, why it stopped and the histories.
 
     Raises
     ------
@@ -209,7 +215,9 @@ def gauss_newton_covariance(objective, u):
     Parameters
     ----------
     objective : LeastSquaresObjective
+        The cost.
     u : ndarray
+        The optimum, in optimiser variables.
 
     Returns
     -------

@@ -38,6 +38,7 @@ class BCDProxResult:
     Attributes
     ----------
     theta : ndarray of shape (n_params,)
+        Estimated parameters.
     states : ndarray of shape (n_times, n_states)
         The filtered states ``X*``, a true image of the outer map (never an extrapolation).
     theta_cov : ndarray of shape (n_params, n_params)
@@ -45,8 +46,11 @@ class BCDProxResult:
     fidelity_history : list of float
         ``E`` after each outer iteration.
     n_iter : int
+        Outer iterations run.
     converged : bool
+        Whether the stop rule held before ``max_iter``.
     stop_reason : str
+        Why the loop stopped, in words.
     solver : str
         Which path ran.
     """
@@ -125,21 +129,30 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
     Parameters
     ----------
     model : ODEModel
+        The vector field.
     t : ndarray of shape (n_times,)
-        Strictly increasing.
+        Strictly increasing times.
     Y : ndarray of shape (n_times, n_states)
-        Every state observed.
+        Observations of every state.
     theta0 : ndarray of shape (n_params,)
         Only used as the warm start of nonlinear theta-steps (and by the L-BFGS-B path); the
         first theta-step of a linear model is exact and ignores it.
     lam : float, default=1.0
+        Proximal weight.
     order : int, default=3
+        Adams-Bashforth order.
     optimizer : {"gauss-newton", "L-BFGS-B"}, default="gauss-newton"
+        Block solvers (see :class:`BCDProxODE`).
     acceleration : {"anderson", "none"}, default="anderson"
+        Acceleration of the outer map.
     anderson_memory : int, default=20
+        Iterates Anderson mixes.
     stop : {"relative", "paper"}, default="relative"
+        Stop rule.
     tol : float, default=1e-6
+        Tolerance of the relative stop rule.
     max_iter : int, default=5000
+        Maximum number of outer iterations.
     bounds : (ndarray, ndarray), optional
         Lower and upper bounds on theta, honoured by every theta-step.
     x0 : ndarray of shape (n_states,), optional
@@ -151,6 +164,7 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
     Returns
     -------
     BCDProxResult
+        Parameters, filtered states, history and why the loop stopped.
     """
     grid = fid.Grid.build(t, order)
     linear = is_linear_on_data(model, t, Y)

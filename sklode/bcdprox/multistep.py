@@ -86,6 +86,7 @@ def ab_residual(X, F, t, B):
     F : ndarray of shape (n_times, n_states)
         The vector field at those states, ``f(t_i, X[i], theta)``.
     t : ndarray of shape (n_times,)
+        The grid.
     B : ndarray of shape (n_times - 1, order)
         From :func:`adams_bashforth_coefficients`.
 
@@ -99,7 +100,20 @@ def ab_residual(X, F, t, B):
 
 
 def ab_combination(F, B):
-    """``sum_j B[i, j] F[i - j]`` for every step ``i`` (rows before the grid start count 0)."""
+    """``sum_j B[i, j] F[i - j]`` for every step ``i`` (rows before the grid start count 0).
+
+    Parameters
+    ----------
+    F : ndarray of shape (n_times, ...)
+        Values at the grid points (states, or Jacobians with trailing axes).
+    B : ndarray of shape (n_times - 1, order)
+        From :func:`adams_bashforth_coefficients`.
+
+    Returns
+    -------
+    ndarray of shape (n_times - 1, ...)
+        The weighted combination for every step.
+    """
     n_steps, order = B.shape
     out = np.zeros((n_steps,) + F.shape[1:])
     trailing = (1,) * (F.ndim - 1)  # F may be (n_times, n_states) or (n_times, n_states, p)
@@ -116,8 +130,11 @@ def ab_integrate(f, x0, t, order):
     f : callable
         ``f(t_i, x_i) -> ndarray of shape (n_states,)``.
     x0 : array-like of shape (n_states,)
+        The state at ``t[0]``.
     t : array-like of shape (n_times,)
+        Strictly increasing grid.
     order : int
+        Number of steps of the full scheme.
 
     Returns
     -------

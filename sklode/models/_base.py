@@ -100,6 +100,22 @@ class ODEModel:
     default_theta: tuple | None = None
 
     def rhs(self, t, x, theta):  # pragma: no cover - abstract
+        """The vector field, in torch operations: define it in every model.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time, broadcastable against ``x[..., 0]``.
+        x : torch.Tensor of shape (..., n_states)
+            States; each leading index is an independent point.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., n_states)
+            ``dx/dt`` at every point.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} must define rhs(self, t, x, theta) with torch operations."
         )
@@ -119,7 +135,13 @@ class ODEModel:
         ]
 
     def get_constants(self):
-        """Dict of the model constants (the constructor arguments)."""
+        """The model constants (the constructor arguments).
+
+        Returns
+        -------
+        dict
+            Name -> value.
+        """
         return {name: getattr(self, name) for name in self._constant_names()}
 
     def __repr__(self):
@@ -146,7 +168,13 @@ class ODEModel:
         return len(self.param_names)
 
     def theta_guess(self):
-        """The default initial guess as a float64 array (ones when none is declared)."""
+        """The default initial guess.
+
+        Returns
+        -------
+        ndarray of shape (n_params,)
+            ``default_theta`` as float64, or ones when none is declared.
+        """
         if self.default_theta is None:
             return np.ones(self.n_params)
         return np.array(self.default_theta, dtype=np.float64)
@@ -160,13 +188,17 @@ class ODEModel:
 
         Parameters
         ----------
-        t : float or array-like broadcastable against ``x[..., 0]``
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
         x : array-like of shape (..., n_states)
+            States, one per leading index (whole grids in one call).
         theta : array-like of shape (n_params,)
+            Parameters.
 
         Returns
         -------
         ndarray of shape (..., n_states)
+            ``dx/dt`` at every point.
         """
         x = _as_tensor(x)
         # inference_mode, not no_grad: 20-25 % less overhead per call, which is most of the
@@ -181,6 +213,20 @@ class ODEModel:
         pass through a batch replicated once per output component; for many, one backward
         pass per component (measured faster than forward mode, whose dual-tensor overhead is
         large for small element-wise models).
+
+        Parameters
+        ----------
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
+        x : array-like of shape (..., n_states)
+            States, one per leading index (whole grids in one call).
+        theta : array-like of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        ndarray of shape (..., n_states, n_states)
+            The Jacobians.
         """
         x = _as_tensor(x)
         theta = _as_tensor(theta)
@@ -210,6 +256,22 @@ class ODEModel:
         output component: one pass for the Jacobian (kept as a graph), then one backward pass
         per state with a nonzero weight (nested forward mode, ``torch.func.jvp`` twice,
         measured 12x slower: it falls back to Python reference kernels).
+
+        Parameters
+        ----------
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
+        x : array-like of shape (..., n_states)
+            States, one per leading index (whole grids in one call).
+        theta : array-like of shape (n_params,)
+            Parameters.
+        weights : array-like of shape (n_states,)
+            Weight of each state's second derivative (zero weights cost nothing).
+
+        Returns
+        -------
+        ndarray of shape (..., n_states)
+            The weighted curvature at every point.
         """
         x = _as_tensor(x)
         theta = _as_tensor(theta)
@@ -238,6 +300,20 @@ class ODEModel:
 
         ``vmap`` over the points of a reverse-mode Jacobian (``theta`` is shared by all
         points, so plain reverse mode would sum over them).
+
+        Parameters
+        ----------
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
+        x : array-like of shape (..., n_states)
+            States, one per leading index (whole grids in one call).
+        theta : array-like of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        ndarray of shape (..., n_states, n_params)
+            The Jacobians.
         """
         x = _as_tensor(x)
         theta = _as_tensor(theta)
@@ -266,7 +342,12 @@ class ODEModel:
 
         Parameters
         ----------
-        t, x, theta : as in :meth:`f`
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
+        x : array-like of shape (..., n_states)
+            States, one per leading index (whole grids in one call).
+        theta : array-like of shape (n_params,)
+            Parameters.
         v : array-like of shape (..., n_states)
             One cotangent per point.
 
@@ -329,6 +410,20 @@ class ODEModel:
         vectors, at the given points (or at random points when ``x`` is None). Exact for
         models affine in ``theta``; a nonlinear model misses by many orders of magnitude more
         than ``rtol``.
+
+        Parameters
+        ----------
+        t : float or array-like, optional
+            Times of the points.
+        x : array-like of shape (..., n_states), optional
+            Points to check at (None: random points).
+        rtol : float, default=1e-9
+            Relative misfit above which the model is declared nonlinear.
+
+        Returns
+        -------
+        bool
+            Whether the affine reconstruction is exact to ``rtol``.
         """
         return bool(self._linearity_probe(t, x)[2] <= rtol)
 
@@ -337,8 +432,10 @@ class ODEModel:
 
         Parameters
         ----------
-        t : float or array-like broadcastable against ``x[..., 0]``
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
         x : array-like of shape (..., n_states)
+            States.
         rtol : float, default=1e-9
             Relative misfit above which the model is declared nonlinear in ``theta``.
         check : bool, default=True
@@ -348,7 +445,9 @@ class ODEModel:
         Returns
         -------
         f0 : ndarray of shape (..., n_states)
+            The field at ``theta = 0``.
         F1 : ndarray of shape (..., n_states, n_params)
+            Its coefficients in each parameter.
 
         Raises
         ------
@@ -379,8 +478,12 @@ class FunctionModel(ODEModel):
     rhs : callable
         ``rhs(t, x, theta)`` in torch operations (see :class:`ODEModel`). Define it at module
         level so that the model pickles (joblib, Dask and ``clone`` copy models).
-    state_names, param_names : tuple of str
+    state_names : tuple of str
+        Names of the states.
+    param_names : tuple of str
+        Names of the parameters.
     default_theta : tuple of float, optional
+        The default initial guess.
 
     Examples
     --------
@@ -410,6 +513,22 @@ class FunctionModel(ODEModel):
         )
 
     def rhs(self, t, x, theta):
+        """The wrapped function, ``rhs(t, x, theta)`` (see :meth:`ODEModel.rhs`).
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time.
+        x : torch.Tensor of shape (..., n_states)
+            States.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., n_states)
+            ``dx/dt``.
+        """
         return self.rhs_function(t, x, theta)
 
 
@@ -420,6 +539,11 @@ def check_model(model):
     strings, that ``default_theta`` has one entry per parameter, and that ``rhs`` returns a
     float64 tensor of the shape of ``x`` for a single point and a batch of points, with each
     batch row equal to the single-point result.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The model to check.
 
     Returns
     -------

@@ -191,6 +191,7 @@ class ProteinTransduction(ODEModel):
     Parameters
     ----------
     Km : float, default=0.3
+        The Michaelis constant of the two saturating terms.
     """
 
     state_names = ("S", "dS", "R", "RS", "Rpp")

@@ -210,6 +210,7 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     Parameters
     ----------
     model : ODEModel
+        The vector field.
     t : ndarray of shape (n_times,)
         Increasing times (any spacing).
     U : ndarray of shape (n_times, n_states)
@@ -218,14 +219,29 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         Start of the nonlinear path (the linear path's OLS start is exact).
     linear : bool
         Whether the model is affine in theta (the linear path).
-    alpha, tol, max_iter, min_radius, n_scales, max_test_functions, bias_correction, verbose
-        See :class:`WENDyODE`.
+    alpha : float, default=1e-10
+        Regularisation of the residual covariance.
+    tol : float, default=1e-6
+        Fixed-point tolerance on the relative change of theta.
+    max_iter : int, default=100
+        Maximum number of IRLS iterations.
+    min_radius : float, optional
+        Smallest test-function radius (None: from the data).
+    n_scales : int, default=4
+        Number of radii.
+    max_test_functions : int, default=128
+        Most orthonormal test functions.
     bounds : (ndarray, ndarray), optional
         Lower and upper bounds on theta, honoured by every solve of either path.
+    bias_correction : bool, default=True
+        Second-order errors-in-variables correction (linear path).
+    verbose : int, default=0
+        Log each iteration.
 
     Returns
     -------
     WENDyResult
+        The estimate, its covariance, the noise level and why the IRLS stopped.
     """
     sigma = estimate_noise(t, U)
     sigma_eff = np.maximum(sigma, 1e-12 * (np.std(U, axis=0) + 1e-300))

@@ -45,11 +45,14 @@ def estimate_noise(t, U):
     Parameters
     ----------
     t : ndarray of shape (n_times,)
+        Increasing times (any spacing).
     U : ndarray of shape (n_times, n_states)
+        Noisy observations of every state.
 
     Returns
     -------
     sigma : ndarray of shape (n_states,)
+        Estimated noise standard deviation per state.
     """
     n = t.size
     width = min(_NOISE_STENCIL, n - (n + 1) % 2)  # odd, at most n

@@ -191,9 +191,11 @@ def select_min_radius(t, U, sigma=None, max_radius_steps=None):
     Parameters
     ----------
     t : ndarray of shape (n_times,)
+        Increasing times (any spacing).
     U : ndarray of shape (n_times, n_states)
+        Noisy observations of every state.
     sigma : ndarray of shape (n_states,), optional
-        Noise standard deviation per state (:func:`~sklode.estimators.wendy.estimate_noise`).
+        Noise standard deviation per state (:func:`~sklode.wendy.estimate_noise`).
     max_radius_steps : int, optional
         Largest candidate, in mean steps; default ``min(n_times // 8, 200)``.
 
@@ -244,11 +246,29 @@ def test_function_matrices(t, min_radius, n_scales=4, centres_per_scale=_CENTRES
     are the same linear combinations of the bump derivatives, so ``Phidot`` is exactly the
     derivative of ``Phi``'s test functions.
 
+    Parameters
+    ----------
+    t : ndarray of shape (n_times,)
+        Increasing times (any spacing).
+    min_radius : float
+        Radius of the narrowest scale, in time units.
+    n_scales : int, default=4
+        Radii ``2^l min_radius`` for ``l < n_scales``.
+    centres_per_scale : int, default=64
+        Raw bumps per scale before the SVD.
+    max_condition : float, default=1e4
+        Condition number of the raw stack kept by the truncation.
+    max_count : int, default=128
+        Most orthonormal combinations kept (the strongest).
+
     Returns
     -------
-    Phi, Phidot : ndarray of shape (n_test_functions, n_times)
-        Quadrature weights included.
+    Phi : ndarray of shape (n_test_functions, n_times)
+        Test functions, quadrature weights included.
+    Phidot : ndarray of shape (n_test_functions, n_times)
+        Their time derivatives, quadrature weights included.
     radii : list of float
+        The radii used.
     """
     t = np.asarray(t, dtype=np.float64)
     span = t[-1] - t[0]
