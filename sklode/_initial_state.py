@@ -137,9 +137,7 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
     error); at most ``_SHOOT_MAX_EVALUATIONS`` trial states are tried. Trial states that blow
     up get a huge residual. When the start itself blows up (logistic growth from 0.01 at 10 %
     noise smooths to a negative x0, and a constant penalty has no gradient to leave it), the
-    start is the data's mean over the last 5 samples integrated back to ``t[0]``. The exact
-    sensitivity Jacobian was tried here and reverted: on Hindmarsh-Rose at 20 % noise the
-    trust region then needed ~300 solves (up to 54 s) where differences need ~20.
+    start is the data's mean over the last 5 samples integrated back to ``t[0]``.
 
     Parameters
     ----------
@@ -166,6 +164,9 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
         variance per degree of freedom times ``(J^T J)^-1``); zero for held components, NaN
         when no start integrates.
     """
+    # Differences, not the exact sensitivity Jacobian: with the exact one the trust region
+    # needed ~300 solves (up to 54 s) on Hindmarsh-Rose at 20 % noise where differences need
+    # ~20 (the differences smooth over the integrator's own error).
     n_states = Y.shape[1]
     free = np.ones(n_states, dtype=bool) if free is None else np.asarray(free, dtype=bool)
     n_free = int(free.sum())

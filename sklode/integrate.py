@@ -74,7 +74,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     max_evaluations : int, optional
         Give up (``IntegrationError``) after this many evaluations of the vector field: a
         trial parameter for which the solution nearly blows up or turns stiff can otherwise
-        take hundreds of thousands of tiny steps (measured: 44 s for one Rossler solve).
+        take hundreds of thousands of tiny steps.
 
     Returns
     -------

@@ -24,8 +24,9 @@ class AdjointODE(ODEEstimator):
     some of the states. Gradients come from the continuous adjoint (or forward sensitivities)
     solved on the stored forward trajectory, so one gradient costs about one and a half
     forward solves whatever the number of parameters. The default optimiser is trust-region
-    Gauss–Newton (scipy ``least_squares``) on the exact sensitivity Jacobian: 6-12 iterations
-    on the seed's SEIRD problems where BFGS needs 20-30.
+    Gauss–Newton (scipy ``least_squares``) on the exact sensitivity Jacobian, which needs
+    fewer iterations than gradient methods when the unknowns are few
+    (``docs/adjoint.md`` has the measurements).
 
     Parameters
     ----------

@@ -209,10 +209,7 @@ class ODEModel:
     def jac_x(self, t, x, theta):
         """Jacobian ``df/dx`` at every point, shape ``(..., n_states, n_states)``.
 
-        Entry ``[..., i, j]`` is ``d f_i / d x_j``. Reverse mode: for few states, one backward
-        pass through a batch replicated once per output component; for many, one backward
-        pass per component (measured faster than forward mode, whose dual-tensor overhead is
-        large for small element-wise models).
+        Entry ``[..., i, j]`` is ``d f_i / d x_j``, by reverse mode.
 
         Parameters
         ----------
@@ -228,6 +225,9 @@ class ODEModel:
         ndarray of shape (..., n_states, n_states)
             The Jacobians.
         """
+        # For few states, one backward pass through a batch replicated once per output
+        # component; for many, one backward pass per component. Measured faster than forward
+        # mode, whose dual-tensor overhead is large for small element-wise models.
         x = _as_tensor(x)
         theta = _as_tensor(theta)
         n = x.shape[-1]
@@ -254,8 +254,7 @@ class ODEModel:
         ``f`` (to second order; exact for polynomials of degree up to three), which WENDy's
         bias correction removes. Reverse over reverse mode on a batch replicated once per
         output component: one pass for the Jacobian (kept as a graph), then one backward pass
-        per state with a nonzero weight (nested forward mode, ``torch.func.jvp`` twice,
-        measured 12x slower: it falls back to Python reference kernels).
+        per state with a nonzero weight.
 
         Parameters
         ----------
@@ -273,6 +272,8 @@ class ODEModel:
         ndarray of shape (..., n_states)
             The weighted curvature at every point.
         """
+        # Not nested forward mode (torch.func.jvp twice): measured 12x slower, it falls back
+        # to Python reference kernels.
         x = _as_tensor(x)
         theta = _as_tensor(theta)
         weights = np.asarray(weights, dtype=np.float64)

@@ -184,9 +184,8 @@ def select_min_radius(t, U, sigma=None, max_radius_steps=None):
     chi-square scatter, plus 20 % for the error of ``sigma`` itself) is returned: there the
     quadrature error cannot be told from the noise. Without ``sigma``, or when no candidate
     passes, the radius at the corner of ``log e(m)`` is returned (the paper's rule; with
-    noise its curve is a power law of the noise and the corner is arbitrary, which measured
-    2-3x larger radii and up to 1.6x larger errors on Hindmarsh-Rose and protein
-    transduction than the noise test).
+    noise its curve is a power law of the noise and the corner is arbitrary, so it is only
+    the fallback).
 
     Parameters
     ----------
