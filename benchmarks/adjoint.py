@@ -44,7 +44,6 @@ def _baseline(problem, Y, numpy_rhs=True):
 
 
 def _fit(problem, Y, **params):
-    from sklode import AdjointODE
     from sklode.registry import METHODS
 
     est = METHODS["adjoint"].make(problem, **params)
@@ -137,12 +136,11 @@ def _median_cpu(fn, repeat=3):
 
 def section_gradient_cost():
     """One gradient against one forward solve: SEIRD, and Lorenz-96 with np = d forcings."""
-    from sklode import AdjointODE, simulate
-    from sklode.adjoint import build_objective
+    from sklode import simulate
+    from sklode.adjoint import LeastSquaresObjective, build_objective
     from sklode.datasets import get_problem, make_trajectory
-    from sklode.adjoint import LeastSquaresObjective
-    from sklode.registry import METHODS
     from sklode.models import Lorenz96
+    from sklode.registry import METHODS
 
     out = {}
     problem = get_problem("seird_e3")

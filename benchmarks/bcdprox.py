@@ -67,6 +67,7 @@ def median_of(rows, key):
 def section_table(seeds=3):
     """The four paper problems at the reference's settings; fast path, paper path, baseline."""
     from baselines import NUMPY_RHS, least_squares_fit
+
     from sklode.datasets import make_trajectory
     from sklode.integrate import simulate
     from sklode.metrics import parameter_error, prediction_error

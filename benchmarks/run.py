@@ -81,6 +81,7 @@ BASELINE = "least_squares"
 
 def _fit_baseline(problem, data):
     from baselines import least_squares_like_adjoint
+
     from sklode.integrate import simulate
 
     res = least_squares_like_adjoint(problem, data.Y)
@@ -146,8 +147,8 @@ def run(problem_name, methods=None, seeds=(0,), noise=None, distribution="gaussi
     list of dict
     """
     from sklode import metrics
-    from sklode.datasets import get_problem, make_trajectory
     from sklode.compare import _warm_up
+    from sklode.datasets import get_problem, make_trajectory
     from sklode.exceptions import SklodeError
     from sklode.registry import METHODS
 

@@ -20,20 +20,41 @@ from __future__ import annotations
 
 import logging
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._validation import check_experiments, check_theta0, check_times
 from .exceptions import ConvergenceWarning
-from .integrate import simulate
+from .integrate import INTEGRATORS, simulate
 from .models import check_model
 
-__all__ = ["ODEEstimator", "is_linear_on_data", "require_complete", "require_observed",
-           "standard_errors", "warn_not_converged"]
+__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "experiment_on_data_grid", "is_linear_on_data",
+           "require_complete", "require_observed", "standard_errors", "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
+
+#: The declared types and ranges of the parameters every estimator shares (one vocabulary);
+#: each estimator's ``_parameter_constraints`` starts from these.
+COMMON_CONSTRAINTS = {
+    "model": "no_validation",  # checked by check_model in fit, with messages about the model
+    "theta0": ["array-like", None],
+    "x0": ["array-like", None],
+    "t0": [Real, None],
+    "estimate_x0": ["boolean", "array-like"],
+    "observed": ["array-like", None],
+    "bounds": [tuple, list, None],
+    "positive": ["boolean", "array-like"],
+    "tol": [Interval(Real, 0, None, closed="neither")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],
+    "rtol": [Interval(Real, 0, None, closed="neither")],
+    "atol": [Interval(Real, 0, None, closed="neither")],
+    "verbose": ["verbose"],
+}
 
 
 class ODEEstimator(RegressorMixin, BaseEstimator):
@@ -188,6 +209,30 @@ def require_complete(data, estimator_name):
                 f"Y{where} has {int((~experiment.mask).sum())} missing value(s) (NaN), which "
                 f"{estimator_name} does not handle in this version: drop the rows with "
                 "missing values or fill them in before fitting.")
+
+
+def experiment_on_data_grid(data, estimator_name):
+    """The one experiment a method on the data grid (BCD-prox, WENDy) takes in this version:
+    every state observed, no missing value, the initial state at the first observation time.
+
+    Parameters
+    ----------
+    data : ExperimentData
+    estimator_name : str
+        For the messages.
+
+    Returns
+    -------
+    Experiment
+    """
+    require_observed(data, estimator_name)
+    require_complete(data, estimator_name)
+    experiment = data.only_experiment(estimator_name)
+    if experiment.t0 != experiment.t[0]:
+        raise ValueError(f"{estimator_name} places the initial state at the first observation "
+                         f"time {experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, "
+                         "or use AdjointODE, which integrates from any t0.")
+    return experiment
 
 
 def standard_errors(cov):

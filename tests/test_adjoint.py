@@ -7,20 +7,19 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from baselines import least_squares_like_adjoint
 from numpy.testing import assert_allclose
 
 from sklode import AdjointODE, IntegrationError, ODEModel
-from baselines import least_squares_like_adjoint
-from sklode.adjoint import build_objective
+from sklode.adjoint import LeastSquaresObjective, build_objective
 from sklode.datasets import get_problem, make_trajectory
+from sklode.exceptions import ConvergenceWarning
+from sklode.models import FitzHughNagumo, Lorenz96
 from sklode.registry import METHODS
 
 
 def adjoint_settings(problem):
     return METHODS["adjoint"].settings(problem)
-from sklode.adjoint import LeastSquaresObjective
-from sklode.exceptions import ConvergenceWarning
-from sklode.models import FitzHughNagumo, Lorenz96
 
 
 class Robertson(ODEModel):

@@ -11,12 +11,12 @@ from numpy.testing import assert_allclose
 from sklearn.utils._param_validation import InvalidParameterError
 
 from sklode import BCDProxODE, ConvergenceWarning
-from sklode.datasets import get_problem, make_trajectory
 from sklode.bcdprox import _fidelity as fid
+from sklode.bcdprox.multistep import ab_residual, adams_bashforth_coefficients
+from sklode.datasets import get_problem, make_trajectory
 from sklode.integrate import simulate
 from sklode.metrics import estimation_error, parameter_error, prediction_error
 from sklode.models import FitzHughNagumo, Lorenz96, LotkaVolterra
-from sklode.bcdprox.multistep import ab_residual, adams_bashforth_coefficients
 
 # Reference implementation (anchors/bcdprox.md), AB3, lambda = 1, noise std 0.5, seeds 0-2:
 # median per-component |theta_hat - theta| and median prediction error ||X - X_hat||_F.

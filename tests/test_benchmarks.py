@@ -2,8 +2,8 @@
 one registry (it used to fail on SEIRD: "Y has 3 column(s) but AdjointODE expects 5")."""
 
 import pytest
-
 import run as benchmark_run
+
 from sklode.datasets import list_problems, make_trajectory
 from sklode.registry import METHODS
 

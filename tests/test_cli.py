@@ -4,8 +4,8 @@ import io
 import re
 
 import numpy as np
-
 from baselines import least_squares_like_adjoint
+
 from sklode.cli import demo, main
 from sklode.datasets import get_problem, make_trajectory
 from sklode.registry import METHODS

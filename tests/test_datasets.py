@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from baselines import NUMPY_RHS
 from numpy.testing import assert_allclose
 from scipy.integrate import solve_ivp
 
-from baselines import NUMPY_RHS
 from sklode.datasets import get_problem, list_problems, make_trajectory
 
 

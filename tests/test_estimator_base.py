@@ -8,14 +8,14 @@ import pickle
 
 import numpy as np
 import pytest
+from baselines import least_squares_fit
 from numpy.testing import assert_allclose
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import get_tags
 
-from baselines import least_squares_fit
-from sklode.datasets import make_trajectory
 from sklode._estimator import ODEEstimator, require_complete, warn_not_converged
+from sklode.datasets import make_trajectory
 from sklode.exceptions import ConvergenceWarning, IntegrationError
 from sklode.models import LotkaVolterra
 

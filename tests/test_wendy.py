@@ -10,19 +10,29 @@ from numpy.testing import assert_allclose
 
 from sklode import WENDyODE
 from sklode.datasets import get_problem, make_trajectory
-from sklode.wendy._testfunctions import product_rows, trapezoid_weights
-from sklode.wendy._testfunctions import test_function_matrices as build_test_functions
+from sklode.metrics import relative_coefficient_error
+from sklode.models import FitzHughNagumo, FunctionModel, LotkaVolterra
 from sklode.wendy import estimate_noise
 from sklode.wendy._covariance import (
     FeatureGradients,
+)
+from sklode.wendy._covariance import (
     covariance_blocks as _covariance_blocks,
+)
+from sklode.wendy._covariance import (
     inverse_from_cholesky as _inverse_from_cholesky,
+)
+from sklode.wendy._covariance import (
     noise_corrected_split as _noise_corrected_split,
+)
+from sklode.wendy._covariance import (
     score_bias as _score_bias,
+)
+from sklode.wendy._covariance import (
     whiten as _whiten,
 )
-from sklode.metrics import relative_coefficient_error
-from sklode.models import FitzHughNagumo, FunctionModel, LotkaVolterra
+from sklode.wendy._testfunctions import product_rows, trapezoid_weights
+from sklode.wendy._testfunctions import test_function_matrices as build_test_functions
 
 
 def test_quadrature_is_exact_where_it_should_be():
@@ -302,8 +312,9 @@ def test_radius_is_the_smallest_the_noise_hides_the_quadrature_error_at():
 
 def test_max_test_functions_caps_the_number_of_combinations():
     data = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
-    few = WENDyODE(data.problem.model, max_test_functions=20, x0_method="smoothing").fit(data.t, data.Y)
-    many = WENDyODE(data.problem.model, max_test_functions=256, x0_method="smoothing").fit(data.t, data.Y)
+    model = data.problem.model
+    few = WENDyODE(model, max_test_functions=20, x0_method="smoothing").fit(data.t, data.Y)
+    many = WENDyODE(model, max_test_functions=256, x0_method="smoothing").fit(data.t, data.Y)
     assert few.n_test_functions_ == 20 and many.n_test_functions_ > 128
     # Both are still sensible estimates (5 % noise: E2 of a few 1e-3 with 128; 20 combinations
     # lose information but not consistency).

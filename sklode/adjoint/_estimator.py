@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._estimator import ODEEstimator, require_complete, standard_errors, warn_not_converged
+from .._estimator import (
+    COMMON_CONSTRAINTS,
+    ODEEstimator,
+    require_complete,
+    standard_errors,
+    warn_not_converged,
+)
 from .._validation import check_bounds
-from ..integrate import INTEGRATORS
 from ._objective import NOISE_KINDS, objective_for_experiment
 from ._solver import BOUNDED_OPTIMIZERS, OPTIMIZERS, adjoint_solve, gauss_newton_covariance
 
@@ -151,14 +156,7 @@ class AdjointODE(ODEEstimator):
     """
 
     _parameter_constraints = {
-        "model": "no_validation",
-        "theta0": ["array-like", None],
-        "x0": ["array-like", None],
-        "t0": [Real, None],
-        "estimate_x0": ["boolean", "array-like"],
-        "observed": ["array-like", None],
-        "bounds": [tuple, list, None],
-        "positive": ["boolean", "array-like"],
+        **COMMON_CONSTRAINTS,
         "sigma": [Interval(Real, 0, None, closed="neither"), "array-like"],
         "noise_kind": [StrOptions(set(NOISE_KINDS))],
         "x0_prior": ["array-like", None],
@@ -167,12 +165,6 @@ class AdjointODE(ODEEstimator):
         "invariant_weight": [Interval(Real, 0, None, closed="left")],
         "optimizer": [StrOptions(set(OPTIMIZERS))],
         "gradient": [StrOptions({"adjoint", "forward"})],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],
-        "rtol": [Interval(Real, 0, None, closed="neither")],
-        "atol": [Interval(Real, 0, None, closed="neither")],
-        "verbose": ["verbose"],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,

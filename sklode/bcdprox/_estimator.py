@@ -10,14 +10,13 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._estimator import (
+    COMMON_CONSTRAINTS,
     ODEEstimator,
-    require_complete,
-    require_observed,
+    experiment_on_data_grid,
     standard_errors,
     warn_not_converged,
 )
 from .._validation import bounds_with_positivity
-from ..integrate import INTEGRATORS
 from ._solver import bcd_prox_solve
 from .multistep import ab_integrate
 
@@ -170,26 +169,13 @@ class BCDProxODE(ODEEstimator):
     """
 
     _parameter_constraints = {
-        "model": "no_validation",
-        "theta0": ["array-like", None],
-        "x0": ["array-like", None],
-        "t0": [Real, None],
-        "estimate_x0": ["boolean", "array-like"],
-        "observed": ["array-like", None],
-        "bounds": [tuple, list, None],
-        "positive": ["boolean", "array-like"],
+        **COMMON_CONSTRAINTS,
         "lam": [Interval(Real, 0, None, closed="left")],
         "order": [Interval(Integral, 1, 8, closed="both")],
         "optimizer": [StrOptions({"gauss-newton", "L-BFGS-B"})],
         "acceleration": [StrOptions({"anderson", "none"})],
         "anderson_memory": [Interval(Integral, 1, None, closed="left")],
         "stop": [StrOptions({"relative", "paper"})],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],
-        "rtol": [Interval(Real, 0, None, closed="neither")],
-        "atol": [Interval(Real, 0, None, closed="neither")],
-        "verbose": ["verbose"],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -237,15 +223,8 @@ class BCDProxODE(ODEEstimator):
         self : BCDProxODE
             The fitted estimator.
         """
-        name = type(self).__name__
         data = self._validate_data(t, Y)
-        require_observed(data, name)
-        require_complete(data, name)
-        experiment = data.only_experiment(name)
-        if experiment.t0 != experiment.t[0]:
-            raise ValueError(f"{name} places the initial state at the first observation time "
-                             f"{experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, "
-                             "or use AdjointODE, which integrates from any t0.")
+        experiment = experiment_on_data_grid(data, type(self).__name__)
         model = self.model
         known_x0 = np.where(experiment.estimate_x0, np.nan, experiment.x0)
 

@@ -9,10 +9,10 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._estimator import (
+    COMMON_CONSTRAINTS,
     ODEEstimator,
+    experiment_on_data_grid,
     is_linear_on_data,
-    require_complete,
-    require_observed,
     standard_errors,
     warn_not_converged,
 )
@@ -23,7 +23,6 @@ from .._initial_state import (
     smoothed_x0,
 )
 from .._validation import bounds_with_positivity
-from ..integrate import INTEGRATORS
 from ._irls import wendy_solve
 from ._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
@@ -173,26 +172,13 @@ class WENDyODE(ODEEstimator):
     """
 
     _parameter_constraints = {
-        "model": "no_validation",
-        "theta0": ["array-like", None],
-        "x0": ["array-like", None],
-        "t0": [Real, None],
-        "estimate_x0": ["boolean", "array-like"],
-        "observed": ["array-like", None],
-        "bounds": [tuple, list, None],
-        "positive": ["boolean", "array-like"],
+        **COMMON_CONSTRAINTS,
         "x0_method": [StrOptions({"shooting", "shooting_all", "smoothing"})],
         "min_radius": [Interval(Real, 0, None, closed="neither"), None],
         "n_scales": [Interval(Integral, 1, 8, closed="both")],
         "max_test_functions": [Interval(Integral, 1, None, closed="left")],
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "bias_correction": ["boolean"],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],
-        "rtol": [Interval(Real, 0, None, closed="neither")],
-        "atol": [Interval(Real, 0, None, closed="neither")],
-        "verbose": ["verbose"],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -240,16 +226,8 @@ class WENDyODE(ODEEstimator):
         self : WENDyODE
             The fitted estimator.
         """
-        name = type(self).__name__
         data = self._validate_data(t, Y)
-        require_observed(data, name, alternatives="AdjointODE (or BCDProxODE's filter on "
-                                                  "fully observed data)")
-        require_complete(data, name)
-        experiment = data.only_experiment(name)
-        if experiment.t0 != experiment.t[0]:
-            raise ValueError(f"{name} places the initial state at the first observation time "
-                             f"{experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, "
-                             "or use AdjointODE, which integrates from any t0.")
+        experiment = experiment_on_data_grid(data, type(self).__name__)
         model, t, U = self.model, experiment.t, experiment.Y
 
         res = wendy_solve(model, t, U, self._initial_theta(),

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ETA", "MAX_TEST_FUNCTIONS", "is_uniform", "trapezoid_weights", "bump_rows", "product_rows", "test_function_matrices",
+__all__ = ["ETA", "MAX_TEST_FUNCTIONS", "is_uniform", "trapezoid_weights", "bump_rows",
+           "product_rows", "test_function_matrices",
            "select_min_radius", "corner"]
 
 #: The bump's sharpness (the paper's eta).
