@@ -215,3 +215,25 @@ def _exponential_growth(t, x, theta):
     import torch
 
     return torch.exp(theta[0] * x)
+
+
+def test_each_solver_runs_without_the_estimator_shell(lv, fitted):
+    # The estimators are thin: their solver functions on plain arrays give the same theta.
+    from sklode.adjoint import adjoint_solve, build_objective
+    from sklode.bcdprox import bcd_prox_solve
+    from sklode.wendy import wendy_solve
+
+    model, theta0 = LotkaVolterra(), np.array(THETA0)
+    bcd = bcd_prox_solve(model, lv.t, lv.Y, theta0)
+    assert np.array_equal(bcd.theta, fitted[BCDProxODE].theta_)
+    assert bcd.states.shape == lv.Y.shape and bcd.converged
+
+    wendy = wendy_solve(model, lv.t, lv.Y, theta0, linear=True)
+    assert np.array_equal(wendy.theta, fitted[WENDyODE].theta_)
+    assert wendy.theta_cov.shape == (4, 4) and wendy.solver.startswith("linear IRLS")
+
+    objective, u0 = build_objective(model, lv.t, lv.Y, theta0=theta0)
+    adjoint = adjoint_solve(objective, u0)
+    x0, theta = objective.split(objective.to_z(adjoint.u))
+    assert np.array_equal(theta, fitted[AdjointODE].theta_)
+    assert np.array_equal(x0, fitted[AdjointODE].x0_)
