@@ -27,7 +27,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import check_experiments, check_theta0, check_times
+from ._validation import _is_experiment_list, check_experiments, check_theta0, check_times
 from .exceptions import ConvergenceWarning
 from .integrate import INTEGRATORS, simulate
 from .models import check_model
@@ -43,7 +43,7 @@ COMMON_CONSTRAINTS = {
     "model": "no_validation",  # checked by check_model in fit, with messages about the model
     "theta0": ["array-like", None],
     "x0": ["array-like", None],
-    "t0": [Real, None],
+    "t0": [Real, "array-like", None],
     "estimate_x0": ["boolean", "array-like"],
     "observed": ["array-like", None],
     "bounds": [tuple, list, None],
@@ -101,7 +101,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
     @staticmethod
     def _data_attributes(data):
         """Fitted attributes that describe the training data (for :meth:`_set_fitted`)."""
-        attributes = {"n_features_in_": 1, "observed_": data.observed, "_y_ndim": data.y_ndim}
+        attributes = {"n_features_in_": 1, "observed_": data.observed, "_y_ndim": data.y_ndim,
+                      "_n_experiments": data.n_experiments if data.several else 0}
         if data.feature_names is not None:
             attributes["feature_names_in_"] = data.feature_names
         return attributes
@@ -118,38 +119,124 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
     def _simulation_options(self):
         return {"integrator": self.integrator, "rtol": self.rtol, "atol": self.atol}
 
-    def simulate(self, t):
+    def _starts(self, t, x0, t0):
+        """``[(times, x0, t0), ...]`` to integrate, and whether the answer is a list."""
+        check_is_fitted(self)
+        n_experiments = getattr(self, "_n_experiments", 0)
+        if x0 is not None:  # a new experiment with the fitted theta
+            x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
+            times = check_times(t)
+            return [(times, x0, float(np.min(times)) if t0 is None else float(t0))], False
+        if t0 is not None:
+            raise ValueError("t0 is the time of a new experiment's x0: pass x0 with it.")
+        if _is_experiment_list(t):
+            if len(t) != max(n_experiments, 1):
+                raise ValueError(
+                    f"{type(self).__name__} was fitted on {max(n_experiments, 1)} "
+                    f"experiment(s) but received {len(t)} time vectors: pass one per fitted "
+                    "experiment, or x0= (and t0=) to predict a new one.")
+            x0s = np.reshape(self.x0_, (-1, self.model.n_states))
+            t0s = np.reshape(self.t0_, -1)
+            return [(check_times(tk), x0s[k], float(t0s[k])) for k, tk in enumerate(t)], True
+        if n_experiments:
+            raise ValueError(
+                f"{type(self).__name__} was fitted on {n_experiments} experiments, each with "
+                "its own initial state: pass a list of time vectors (one per experiment), or "
+                "x0= (and t0=) to predict a new experiment.")
+        return [(check_times(t), self.x0_, self.t0_)], False
+
+    def simulate(self, t, x0=None, t0=None):
         """All states (observed or not) at times ``t``, integrated from ``(t0_, x0_)``.
 
         Parameters
         ----------
-        t : array-like of shape (n_samples,) or (n_samples, 1)
-            Any order, repeats allowed; times before ``t0_`` are integrated backwards.
+        t : array-like of shape (n_samples,) or (n_samples, 1), or a list of them
+            Any order, repeats allowed; times before the initial time are integrated
+            backwards. A list (one time vector per fitted experiment) when ``fit``
+            received several experiments.
+        x0 : array-like of shape (n_states,), optional
+            The initial state of a new experiment, simulated with the fitted ``theta_``.
+        t0 : float, optional
+            Time of ``x0`` (default: the earliest of ``t``).
 
         Returns
         -------
-        X : ndarray of shape (n_samples, n_states)
+        X : ndarray of shape (n_samples, n_states), or a list of them
             The states at ``t``, in the order given.
         """
-        check_is_fitted(self)
-        return simulate(self.model, self.theta_, self.x0_, check_times(t), t0=self.t0_,
-                        **self._simulation_options())
+        starts, several = self._starts(t, x0, t0)
+        out = [simulate(self.model, self.theta_, xk, tk, t0=t0k, **self._simulation_options())
+               for tk, xk, t0k in starts]
+        return out if several else out[0]
 
-    def predict(self, t):
+    def predict(self, t, x0=None, t0=None):
         """Observed states at times ``t``, integrating the fitted ODE from ``(t0_, x0_)``.
 
         Parameters
         ----------
-        t : array-like of shape (n_samples,) or (n_samples, 1)
-            Any order, repeats allowed; times before ``t0_`` are integrated backwards.
+        t : array-like of shape (n_samples,) or (n_samples, 1), or a list of them
+            Any order, repeats allowed; times before the initial time are integrated
+            backwards. A list (one time vector per fitted experiment) when ``fit``
+            received several experiments.
+        x0 : array-like of shape (n_states,), optional
+            The initial state of a new experiment, predicted with the fitted ``theta_``.
+        t0 : float, optional
+            Time of ``x0`` (default: the earliest of ``t``).
 
         Returns
         -------
-        Y_pred : ndarray of shape (n_samples, n_observed)
+        Y_pred : ndarray of shape (n_samples, n_observed), or a list of them
             A vector of shape (n_samples,) if ``fit`` received a vector ``Y``.
         """
-        Y = self.simulate(t)[:, list(self.observed_)]
-        return Y[:, 0] if self._y_ndim == 1 else Y
+        X = self.simulate(t, x0=x0, t0=t0)
+        columns = list(self.observed_)
+
+        def observed(Xk):
+            Yk = Xk[:, columns]
+            return Yk[:, 0] if self._y_ndim == 1 else Yk
+
+        return [observed(Xk) for Xk in X] if isinstance(X, list) else observed(X)
+
+    def score(self, t, Y, sample_weight=None):
+        """R² of the prediction over the observed (non-missing) entries of ``Y``.
+
+        Each observed state's R² is computed on its non-missing entries (over every
+        experiment when ``t`` and ``Y`` are lists), then the states are averaged, as
+        scikit-learn's ``r2_score`` does for several outputs.
+
+        Parameters
+        ----------
+        t : array-like of shape (n_samples,), or a list of them
+            Times, as for :meth:`predict`.
+        Y : array-like of shape (n_samples, n_observed), or a list of them
+            Observations, NaN where missing.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the samples (one experiment only).
+
+        Returns
+        -------
+        float
+            The mean R² over the observed states.
+        """
+        from sklearn.metrics import r2_score
+
+        predicted = self.predict(t)
+        if isinstance(predicted, list):
+            if sample_weight is not None:
+                raise ValueError("sample_weight is supported for one experiment only.")
+            Y_true = np.vstack([np.asarray(Yk, dtype=np.float64).reshape(len(Pk), -1)
+                                for Yk, Pk in zip(Y, predicted)])
+            Y_pred = np.vstack([np.reshape(Pk, (len(Pk), -1)) for Pk in predicted])
+        else:
+            Y_pred = np.reshape(predicted, (len(predicted), -1))
+            Y_true = np.asarray(Y, dtype=np.float64).reshape(Y_pred.shape)
+        weights = None if sample_weight is None else np.asarray(sample_weight, np.float64)
+        scores = []
+        for column in range(Y_true.shape[1]):
+            present = np.isfinite(Y_true[:, column])
+            scores.append(r2_score(Y_true[present, column], Y_pred[present, column],
+                                   sample_weight=None if weights is None else weights[present]))
+        return float(np.mean(scores))
 
     def confidence_intervals(self, level=0.95):
         """Normal-approximation confidence intervals for ``theta_``.
@@ -233,6 +320,36 @@ def experiment_on_data_grid(data, estimator_name):
                          f"time {experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, "
                          "or use AdjointODE, which integrates from any t0.")
     return experiment
+
+
+def initial_times(data):
+    """``t0_``: the time of the initial state, one float, or one per experiment.
+
+    Parameters
+    ----------
+    data : ExperimentData
+
+    Returns
+    -------
+    float or ndarray of shape (n_experiments,)
+    """
+    times = np.array([e.t0 for e in data.experiments])
+    return times if data.several else float(times[0])
+
+
+def estimated_x0_mask(data):
+    """Which initial-state components are estimated, shaped like ``x0_``.
+
+    Parameters
+    ----------
+    data : ExperimentData
+
+    Returns
+    -------
+    ndarray of bool of shape (n_states,) or (n_experiments, n_states)
+    """
+    mask = np.array([e.estimate_x0 for e in data.experiments])
+    return mask if data.several else mask[0]
 
 
 def standard_errors(cov):

@@ -25,6 +25,7 @@ __all__ = [
     "ExperimentData",
     "check_bounds",
     "check_experiments",
+    "check_fixed",
     "check_positive",
     "check_observed",
     "check_theta0",
@@ -267,6 +268,45 @@ def check_bounds(bounds, n_params, param_names=None):
         raise ValueError(f"bounds: every lower bound must be below its upper bound; for "
                          f"{name} got lower={lo[k]:g} >= upper={hi[k]:g}.")
     return lo, hi
+
+
+def check_fixed(fixed, theta0, model):
+    """Parameters held at given values: the mask of fitted ones and ``theta0`` with the held
+    values in place.
+
+    Parameters
+    ----------
+    fixed : dict or None
+        Parameter name -> value.
+    theta0 : ndarray of shape (n_params,)
+        The starting guess.
+    model : ODEModel
+
+    Returns
+    -------
+    fitted : ndarray of bool of shape (n_params,)
+    theta0 : ndarray of shape (n_params,)
+    """
+    fitted = np.ones(model.n_params, dtype=bool)
+    theta0 = np.array(theta0, dtype=np.float64)
+    if not fixed:
+        return fitted, theta0
+    if not isinstance(fixed, dict):
+        raise ValueError(f"fixed must be a dict of parameter name -> value, e.g. "
+                         f"{{{model.param_names[0]!r}: 1.0}}; got {fixed!r}.")
+    for name, value in fixed.items():
+        if name not in model.param_names:
+            raise ValueError(f"fixed names the parameter {name!r}, which {model!r} does not "
+                             f"have; its parameters are {model.param_names}.")
+        value = float(value)
+        if not np.isfinite(value):
+            raise ValueError(f"fixed[{name!r}] must be finite; got {value}.")
+        k = model.param_names.index(name)
+        fitted[k], theta0[k] = False, value
+    if not fitted.any():
+        raise ValueError(f"fixed holds every parameter of {model!r}: leave at least one to "
+                         "fit, or simulate the model instead.")
+    return fitted, theta0
 
 
 def check_positive(positive, n_params):

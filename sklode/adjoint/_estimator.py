@@ -11,12 +11,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
-    require_complete,
+    estimated_x0_mask,
+    initial_times,
     standard_errors,
     warn_not_converged,
 )
-from .._validation import check_bounds
-from ._objective import NOISE_KINDS, objective_for_experiment
+from .._validation import check_bounds, check_fixed
+from ._objective import NOISE_KINDS, objective_for_experiments
 from ._solver import BOUNDED_OPTIMIZERS, OPTIMIZERS, adjoint_solve, gauss_newton_covariance
 
 __all__ = ["AdjointODE"]
@@ -41,17 +42,21 @@ class AdjointODE(ODEEstimator):
         Initial parameter guess (None: the model's default guess). Single shooting needs a
         guess whose trajectory stays finite over the data; start from another method's fit
         on hard problems.
-    x0 : array-like of shape (n_states,), default=None
-        Initial state at ``t0``: the starting guess where estimated, the known value
-        otherwise; NaN (or None) marks unknown components, which start from the first
-        observation when that state is observed there and need a guess otherwise.
-    t0 : float, default=None
-        Time of ``x0``; None means the first training time. Must not be after it.
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
+        Initial state at ``t0`` (one for all experiments, or one each): the starting guess
+        where estimated, the known value otherwise; NaN (or None) marks unknown components,
+        which start from the first observation when that state is observed there and need a
+        guess otherwise.
+    t0 : float or array-like of shape (n_experiments,), default=None
+        Time of ``x0``; None means each experiment's first time. Must not be after it.
     estimate_x0 : bool or array-like of bool of shape (n_states,), default=True
         Which components of the initial state are estimated; the others are held at ``x0``.
     observed : sequence of int or str, default=None
         Which states ``Y``'s columns hold, as indices or state names (None: all states, in
         order); the others are hidden and fitted through the dynamics.
+    fixed : dict, default=None
+        Parameters held at given values while the others are fitted, by name, e.g.
+        ``{"gamma": 0.25}``; their values are in ``theta_`` and their standard errors are 0.
     bounds : (array-like, array-like), default=None
         Lower and upper bounds on ``theta`` (scalars or one per parameter, ``±inf``
         allowed). Honoured by ``optimizer="trf"`` and ``"L-BFGS-B"``; the other optimisers
@@ -101,15 +106,16 @@ class AdjointODE(ODEEstimator):
     ----------
     theta_ : ndarray of shape (n_params,)
         Estimated parameters, in ``model.param_names`` order.
-    x0_ : ndarray of shape (n_states,)
-        Initial state at ``t0_`` (estimated components fitted, known ones as given).
-    t0_ : float
+    x0_ : ndarray of shape (n_states,) or (n_experiments, n_states)
+        Initial state at ``t0_`` (estimated components fitted, known ones as given), one row
+        per experiment when ``fit`` received several.
+    t0_ : float or ndarray of shape (n_experiments,)
         Time of ``x0_``.
     theta_cov_ : ndarray of shape (n_params, n_params)
         Gauss-Newton covariance ``s^2 (J^T J)^-1`` (``s^2`` the reduced chi-square).
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
-    x0_stderr_ : ndarray of shape (n_states,)
+    x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
         Standard errors of ``x0_``; zero for known components.
     loss_history_ : list of float
         Cost ``L`` per iteration (index 0: the start).
@@ -157,6 +163,7 @@ class AdjointODE(ODEEstimator):
 
     _parameter_constraints = {
         **COMMON_CONSTRAINTS,
+        "fixed": [dict, None],
         "sigma": [Interval(Real, 0, None, closed="neither"), "array-like"],
         "noise_kind": [StrOptions(set(NOISE_KINDS))],
         "x0_prior": ["array-like", None],
@@ -168,7 +175,8 @@ class AdjointODE(ODEEstimator):
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
-                 observed=None, bounds=None, positive=False, sigma=1.0, noise_kind="absolute",
+                 observed=None, fixed=None, bounds=None, positive=False, sigma=1.0,
+                 noise_kind="absolute",
                  x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
                  optimizer="trf", gradient="adjoint", tol=1e-8, max_iter=200,
                  integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
@@ -178,6 +186,7 @@ class AdjointODE(ODEEstimator):
         self.t0 = t0
         self.estimate_x0 = estimate_x0
         self.observed = observed
+        self.fixed = fixed
         self.bounds = bounds
         self.positive = positive
         self.sigma = sigma
@@ -201,10 +210,12 @@ class AdjointODE(ODEEstimator):
 
         Parameters
         ----------
-        t : array-like of shape (n_samples,) or (n_samples, 1)
-            Observation times, at or after ``t0`` (any order is accepted).
-        Y : array-like of shape (n_samples, n_observed)
-            Noisy observations of the ``observed`` states, one row per time.
+        t : array-like of shape (n_samples,) or (n_samples, 1), or a list of them
+            Observation times, at or after ``t0`` (any order is accepted); a list or tuple
+            means several experiments sharing ``theta``, each with its own initial state.
+        Y : array-like of shape (n_samples, n_observed), or a list of them
+            Noisy observations of the ``observed`` states, one row per time; NaN marks a
+            missing value, which contributes no residual.
 
         Returns
         -------
@@ -218,11 +229,10 @@ class AdjointODE(ODEEstimator):
         """
         name = type(self).__name__
         data = self._validate_data(t, Y)
-        require_complete(data, name)
-        experiment = data.only_experiment(name)
         model = self.model
-        objective, u0 = objective_for_experiment(
-            model, experiment, data.observed, theta0=self._initial_theta(), sigma=self.sigma,
+        fitted, theta0 = check_fixed(self.fixed, self._initial_theta(), model)
+        objective, u0 = objective_for_experiments(
+            model, data, theta0=theta0, fitted=fitted, sigma=self.sigma,
             noise_kind=self.noise_kind, x0_prior=self.x0_prior,
             x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
             invariant_weight=self.invariant_weight, positive=self.positive,
@@ -238,16 +248,17 @@ class AdjointODE(ODEEstimator):
 
         x0, theta = objective.split(objective.to_z(res.u))
         cov = gauss_newton_covariance(objective, res.u)
-        theta_cov = cov[objective.n_x0:, objective.n_x0:]
-        x0_stderr = np.zeros(model.n_states)
-        x0_stderr[objective.free] = standard_errors(cov)[: objective.n_x0]
+        theta_cov = np.zeros((model.n_params, model.n_params))  # held parameters: zero
+        theta_cov[np.ix_(fitted, fitted)] = cov[objective.n_x0:, objective.n_x0:]
+        x0_stderr = np.zeros(x0.shape)
+        x0_stderr[estimated_x0_mask(data)] = standard_errors(cov)[: objective.n_x0]
         if not res.converged:
             other = "optimizer='BFGS'" if self.optimizer == "trf" else "optimizer='trf'"
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}), loosen tol (now "
                                f"{self.tol}) or try {other}.")
         return self._set_fitted(
-            theta_=theta, x0_=x0, t0_=objective.t0, theta_cov_=theta_cov,
+            theta_=theta, x0_=x0, t0_=initial_times(data), theta_cov_=theta_cov,
             theta_stderr_=standard_errors(theta_cov), x0_stderr_=x0_stderr,
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
             n_iter_=res.n_iter, n_solves_=objective.n_forward + objective.n_derivative,
@@ -264,10 +275,10 @@ class AdjointODE(ODEEstimator):
             raise ValueError(f"bounds need optimizer 'trf' or 'L-BFGS-B', not "
                              f"{self.optimizer!r}: the other optimisers are unconstrained. "
                              "Use one of those two, or positive=True for a lower bound of 0.")
-        lo, hi = checked
+        lo, hi = checked[0][objective.fitted], checked[1][objective.fitted]
         n_x0 = objective.n_x0
-        lower = np.full(n_x0 + model.n_params, -np.inf)
-        upper = np.full(n_x0 + model.n_params, np.inf)
+        lower = np.full(objective.scale.size, -np.inf)
+        upper = np.full(objective.scale.size, np.inf)
         log_scale = objective.log_mask[n_x0:]
         with np.errstate(divide="ignore"):
             lower[n_x0:] = np.where(log_scale, np.log(np.maximum(lo, 0.0)),

@@ -20,12 +20,19 @@ import logging
 import numpy as np
 
 from .._initial_state import start_from_data
-from .._validation import NOISE_KINDS, check_experiments, check_positive, check_theta0
+from .._validation import (
+    NOISE_KINDS,
+    check_experiments,
+    check_fixed,
+    check_positive,
+    check_theta0,
+)
 from ..exceptions import IntegrationError
 from ..models import check_model
 from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
 
-__all__ = ["NOISE_KINDS", "LeastSquaresObjective", "build_objective", "objective_for_experiment",
+__all__ = ["NOISE_KINDS", "ExperimentsObjective", "LeastSquaresObjective", "build_objective",
+           "objective_for_experiment", "objective_for_experiments",
            "observation_sigma"]
 
 logger = logging.getLogger("sklode")
@@ -36,9 +43,10 @@ _START_EVALUATIONS = 200_000  # ~8 s of torch evaluations for the starting point
 class LeastSquaresObjective:
     """The residual vector of the seed's cost and its derivatives in optimiser variables.
 
-    The unknowns ``z = [x0[free], theta]`` are optimised as ``u``, with ``z = scale * u``
-    (unknowns of very different sizes, x0 ~ 1e5 and theta ~ 1, all become order one) or
-    ``theta = exp(u)`` for positive parameters.
+    The unknowns ``z = [x0[free], theta[fitted]]`` are optimised as ``u``, with
+    ``z = scale * u`` (unknowns of very different sizes, x0 ~ 1e5 and theta ~ 1, all become
+    order one) or ``theta = exp(u)`` for positive parameters. Missing observations (NaN in
+    ``Y``) contribute no residual: their entries of ``r`` are zero, with zero derivatives.
 
     Parameters
     ----------
@@ -49,7 +57,7 @@ class LeastSquaresObjective:
     t : ndarray of shape (n_times,)
         Increasing observation times (>= t0).
     Y : ndarray of shape (n_times, n_observed)
-        Observations of the ``observed`` states.
+        Observations of the ``observed`` states, NaN where missing.
     sigma : ndarray of shape (n_times, n_observed)
         Standard deviation of each observation.
     observed : tuple of int
@@ -57,9 +65,11 @@ class LeastSquaresObjective:
     x0 : ndarray of shape (n_states,)
         Starting (or known) initial state.
     theta : ndarray of shape (n_params,)
-        Starting parameters.
+        Starting parameters (the values of held ones).
     free : ndarray of bool of shape (n_states,)
         Components of x0 that are estimated.
+    fitted : ndarray of bool of shape (n_params,), optional
+        Parameters that are estimated (default: all); the others are held at ``theta``.
     prior : (ndarray, ndarray) or None
         Prior mean ``s0`` and standard deviation ``sigma0`` of x0 (applied to the free
         components).
@@ -76,19 +86,26 @@ class LeastSquaresObjective:
     """
 
     def __init__(self, model, t0, t, Y, sigma, observed, x0, theta, *, free, prior,
-                 invariant, positive, integrator, rtol, atol):
-        self.model, self.t0, self.t, self.Y = model, t0, t, Y
-        self.sigma, self.observed = sigma, list(observed)
+                 invariant, positive, integrator, rtol, atol, fitted=None):
+        self.model, self.t0, self.t = model, t0, t
+        self.mask = np.isfinite(Y)  # observed entries
+        self.Y = np.where(self.mask, Y, 0.0)
+        self.sigma = np.where(self.mask, sigma, 1.0)
+        self.observed = list(observed)
         self.x0_fixed = np.array(x0, dtype=np.float64)
+        self.theta_fixed = np.array(theta, dtype=np.float64)
         self.free = np.asarray(free, dtype=bool)
+        self.fitted = (np.ones(model.n_params, dtype=bool) if fitted is None
+                       else np.asarray(fitted, dtype=bool))
         self.prior, self.invariant = prior, invariant
         self.solver = {"integrator": integrator, "rtol": rtol, "atol": atol}
         self.n_states, self.n_params = model.n_states, model.n_params
         self.n_x0 = int(self.free.sum())
-        z0 = np.concatenate([self.x0_fixed[self.free], np.asarray(theta, np.float64)])
+        self.n_data = int(self.mask.sum())
+        z0 = np.concatenate([self.x0_fixed[self.free], self.theta_fixed[self.fitted]])
         self.scale = np.where(z0 != 0, np.abs(z0), 1.0)
         self.log_mask = np.zeros(z0.size, dtype=bool)
-        self.log_mask[self.n_x0:] = positive
+        self.log_mask[self.n_x0:] = np.broadcast_to(positive, (self.n_params,))[self.fitted]
         # Evaluation budget of one forward solve: generous at the start, then a multiple of
         # what the start needed (set by the solver), so that a trial point on the edge of
         # blowing up (or stiff for the integrator) is rejected in seconds, not minutes.
@@ -104,7 +121,7 @@ class LeastSquaresObjective:
         Parameters
         ----------
         z : array-like of shape (n_unknowns,)
-            ``[x0[free], theta]``.
+            ``[x0[free], theta[fitted]]``.
 
         Returns
         -------
@@ -114,7 +131,7 @@ class LeastSquaresObjective:
         z = np.asarray(z, dtype=np.float64)
         if np.any(z[self.log_mask] <= 0):
             raise ValueError("positive=True needs strictly positive starting parameters; got "
-                             f"theta0={z[self.n_x0:]}.")
+                             f"theta0={self.theta_fixed}.")
         u = z / self.scale
         u[self.log_mask] = np.log(z[self.log_mask])
         return u
@@ -130,7 +147,7 @@ class LeastSquaresObjective:
         Returns
         -------
         ndarray of shape (n_unknowns,)
-            ``z = [x0[free], theta]``.
+            ``z = [x0[free], theta[fitted]]``.
         """
         z = u * self.scale
         z[self.log_mask] = np.exp(u[self.log_mask])
@@ -159,18 +176,20 @@ class LeastSquaresObjective:
         Parameters
         ----------
         z : ndarray of shape (n_unknowns,)
-            The unknowns ``[x0[free], theta]``.
+            The unknowns ``[x0[free], theta[fitted]]``.
 
         Returns
         -------
         x0 : ndarray of shape (n_states,)
             Known components as given, free ones from ``z``.
         theta : ndarray of shape (n_params,)
-            The parameters.
+            Held parameters as given, fitted ones from ``z``.
         """
         x0 = self.x0_fixed.copy()
         x0[self.free] = z[: self.n_x0]
-        return x0, z[self.n_x0:]
+        theta = self.theta_fixed.copy()
+        theta[self.fitted] = z[self.n_x0:]
+        return x0, theta
 
     # ------------------------------------------------------------------ residual
     def _evaluate(self, u):
@@ -180,10 +199,31 @@ class LeastSquaresObjective:
             self.n_forward += 1
             traj = forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
                                       max_evaluations=self.max_evaluations)
-            data = (traj.states[:, self.observed] - self.Y) / self.sigma
+            data = np.where(self.mask, (traj.states[:, self.observed] - self.Y) / self.sigma,
+                            0.0)
             r = np.concatenate([data.ravel(), self.extra_terms(x0)[0]])
             self._cache_key, self._cache = key, (traj, data, r, x0, theta)
         return self._cache
+
+    @property
+    def n_data_rows(self):
+        """Number of data rows at the top of the residual (missing entries count, as zeros)."""
+        return self.Y.size
+
+    def evaluations_at(self, u):
+        """Field evaluations the forward solve at ``u`` needed.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        int
+            The count (the solve is cached).
+        """
+        return self._evaluate(u)[0].n_evaluations
 
     def trajectory(self, u):
         """The forward trajectory at ``u`` (cached: derivatives at ``u`` reuse it).
@@ -297,10 +337,12 @@ class LeastSquaresObjective:
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
         S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0)
-        if 0 < self.n_x0 < self.n_states:  # keep the free x0 columns and theta's
-            S = S[..., np.concatenate([np.flatnonzero(self.free),
-                                       self.n_states + np.arange(self.n_params)])]
-        J_data = S[:, self.observed, :] / self.sigma[:, :, None]
+        if self.n_x0 < self.n_states or not self.fitted.all():
+            # keep the free x0 columns and the fitted parameters'
+            x0_columns = np.flatnonzero(self.free) if self.n_x0 else np.zeros(0, dtype=int)
+            offset = self.n_states if self.n_x0 else 0
+            S = S[..., np.concatenate([x0_columns, offset + np.flatnonzero(self.fitted)])]
+        J_data = S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
         J_extra = self.extra_terms(x0)[1]  # no rows unless x0 is estimated
         block = np.zeros((J_extra.shape[0], S.shape[-1]))
         block[:, : self.n_x0] = J_extra
@@ -346,7 +388,7 @@ class LeastSquaresObjective:
         jumps[:, self.observed] = data / self.sigma
         g_x0, g_theta = adjoint_gradient(self.model, theta, traj, jumps)
         r_extra, J_extra = self.extra_terms(x0)
-        g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta])
+        g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)
 
     def safe_value_and_grad(self, u, method="adjoint"):
@@ -366,6 +408,286 @@ class LeastSquaresObjective:
             The cost, or inf where the ODE cannot be solved.
         grad : ndarray of shape (n_unknowns,)
             ``dL/du``, or NaN there.
+        """
+        try:
+            return self.value_and_grad(u, method)
+        except IntegrationError as exc:
+            logger.debug("trial point rejected: %s", exc)
+            return np.inf, np.full(u.size, np.nan)
+
+
+class ExperimentsObjective:
+    """The sum of several experiments' costs with shared parameters.
+
+    The unknowns are ``z = [x0_1[free], ..., x0_K[free], theta[fitted]]``; the residual is
+    every experiment's data residuals, then every experiment's x0 terms, so that the data rows
+    come first as in :class:`LeastSquaresObjective` (whose interface this class offers).
+
+    Parameters
+    ----------
+    parts : list of LeastSquaresObjective
+        One per experiment, started from the same theta with the same fitted and positive
+        parameters.
+    """
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+        first = self.parts[0]
+        self.model, self.n_states, self.n_params = first.model, first.n_states, first.n_params
+        self.fitted, self.theta_fixed = first.fitted, first.theta_fixed
+        sizes = [p.n_x0 for p in self.parts]
+        self.x0_slices = [slice(a, a + n) for a, n in zip(np.cumsum([0] + sizes[:-1]), sizes)]
+        self.n_x0 = int(sum(sizes))
+        self.scale = np.concatenate([p.scale[: p.n_x0] for p in self.parts]
+                                    + [first.scale[first.n_x0:]])
+        self.log_mask = np.concatenate([p.log_mask[: p.n_x0] for p in self.parts]
+                                       + [first.log_mask[first.n_x0:]])
+        self.n_data = sum(p.n_data for p in self.parts)
+        self.n_data_rows = sum(p.Y.size for p in self.parts)
+
+    @property
+    def max_evaluations(self):
+        """Field evaluations allowed per forward solve (shared by the experiments)."""
+        return self.parts[0].max_evaluations
+
+    @max_evaluations.setter
+    def max_evaluations(self, value):
+        for part in self.parts:
+            part.max_evaluations = value
+
+    @property
+    def n_forward(self):
+        """Forward solves so far, all experiments."""
+        return sum(p.n_forward for p in self.parts)
+
+    @property
+    def n_derivative(self):
+        """Derivative passes so far, all experiments."""
+        return sum(p.n_derivative for p in self.parts)
+
+    def _part_u(self, u, k):
+        return np.concatenate([u[self.x0_slices[k]], u[self.n_x0:]])
+
+    def to_u(self, z):
+        """Optimiser variables from the unknowns (see :meth:`LeastSquaresObjective.to_u`).
+
+        Parameters
+        ----------
+        z : array-like of shape (n_unknowns,)
+            ``[x0_1[free], ..., x0_K[free], theta[fitted]]``.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            Optimiser variables.
+        """
+        return LeastSquaresObjective.to_u(self, z)
+
+    def to_z(self, u):
+        """The unknowns from the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            The unknowns.
+        """
+        return LeastSquaresObjective.to_z(self, u)
+
+    def dz_du(self, u):
+        """Diagonal of ``dz/du``.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            The diagonal.
+        """
+        return LeastSquaresObjective.dz_du(self, u)
+
+    def split(self, z):
+        """Every experiment's initial state, and theta.
+
+        Parameters
+        ----------
+        z : ndarray of shape (n_unknowns,)
+            The unknowns.
+
+        Returns
+        -------
+        x0 : ndarray of shape (n_experiments, n_states)
+            One initial state per experiment.
+        theta : ndarray of shape (n_params,)
+            The parameters.
+        """
+        states = [p.split(np.concatenate([z[s], z[self.n_x0:]]))
+                  for p, s in zip(self.parts, self.x0_slices)]
+        return np.array([x0 for x0, _ in states]), states[0][1]
+
+    def evaluations_at(self, u):
+        """Most field evaluations one experiment's forward solve needs at ``u``.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        int
+            The largest count over the experiments.
+        """
+        return max(p.evaluations_at(self._part_u(u, k)) for k, p in enumerate(self.parts))
+
+    def _stack_rows(self, pieces):
+        """Data rows of every experiment first, then their x0 terms."""
+        data = [piece[: p.Y.size] for p, piece in zip(self.parts, pieces)]
+        extra = [piece[p.Y.size:] for p, piece in zip(self.parts, pieces)]
+        return np.concatenate(data + extra)
+
+    def residual(self, u):
+        """The residual vector at ``u``.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals,)
+            Every experiment's data residuals, then their x0 terms.
+        """
+        return self._stack_rows([p.residual(self._part_u(u, k))
+                                 for k, p in enumerate(self.parts)])
+
+    def safe_residual(self, u):
+        """Residual, or NaNs where an experiment's ODE blows up.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals,)
+            As :meth:`residual`, all NaN where some forward solve fails.
+        """
+        pieces = [p.safe_residual(self._part_u(u, k)) for k, p in enumerate(self.parts)]
+        r = self._stack_rows(pieces)
+        return np.full(r.size, np.nan) if np.any(np.isnan(r)) else r
+
+    def cost(self, u):
+        """The total cost at ``u``.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        float
+            ``L = 1/2 ||r||^2``.
+        """
+        r = self.residual(u)
+        return 0.5 * float(r @ r)
+
+    def _columns(self, k):
+        return np.r_[np.arange(self.x0_slices[k].start, self.x0_slices[k].stop),
+                     self.n_x0 + np.arange(self.scale.size - self.n_x0)]
+
+    def _place(self, blocks):
+        """Per-experiment Jacobians (rows x [own x0, theta]) into the whole one."""
+        J = np.zeros((sum(b.shape[0] for b in blocks), self.scale.size))
+        rows = 0
+        for k, block in enumerate(blocks):
+            J[rows: rows + block.shape[0], self._columns(k)] = block
+            rows += block.shape[0]
+        return J
+
+    def jacobian_z(self, u):
+        """Jacobian of the residual in the unknowns.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals, n_unknowns)
+            ``dr/dz``, rows ordered as in :meth:`residual`.
+        """
+        blocks = [p.jacobian_z(self._part_u(u, k)) for k, p in enumerate(self.parts)]
+        data = self._place([b[: p.Y.size] for p, b in zip(self.parts, blocks)])
+        extra = self._place([b[p.Y.size:] for p, b in zip(self.parts, blocks)])
+        return np.vstack([data, extra])
+
+    def jacobian(self, u):
+        """Jacobian of the residual in the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals, n_unknowns)
+            ``dr/du``.
+        """
+        return self.jacobian_z(u) * self.dz_du(u)[None, :]
+
+    def value_and_grad(self, u, method="adjoint"):
+        """The total cost and its gradient in the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+        method : {"adjoint", "forward"}, default="adjoint"
+            As for :meth:`LeastSquaresObjective.value_and_grad`.
+
+        Returns
+        -------
+        L : float
+            The cost.
+        grad : ndarray of shape (n_unknowns,)
+            ``dL/du``.
+        """
+        total, grad = 0.0, np.zeros(self.scale.size)
+        for k, part in enumerate(self.parts):
+            value, g = part.value_and_grad(self._part_u(u, k), method)
+            total += value
+            grad[self._columns(k)] += g
+        return total, grad
+
+    def safe_value_and_grad(self, u, method="adjoint"):
+        """As :meth:`value_and_grad`, with an infinite cost where an ODE blows up.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+        method : {"adjoint", "forward"}, default="adjoint"
+            As for :meth:`LeastSquaresObjective.value_and_grad`.
+
+        Returns
+        -------
+        L : float
+            The cost, or inf.
+        grad : ndarray of shape (n_unknowns,)
+            ``dL/du``, or NaN.
         """
         try:
             return self.value_and_grad(u, method)
@@ -406,8 +728,8 @@ def observation_sigma(Y, sigma, noise_kind):
     if noise_kind == "absolute":
         return value.copy()
     if noise_kind == "relative_rms":
-        return value * np.sqrt(np.mean(Y**2, axis=0, keepdims=True))
-    floor = 1e-6 * np.max(np.abs(Y), axis=0, keepdims=True)
+        return value * np.sqrt(np.nanmean(Y**2, axis=0, keepdims=True))
+    floor = 1e-6 * np.nanmax(np.abs(Y), axis=0, keepdims=True)
     return value * np.maximum(np.abs(Y), np.where(floor > 0, floor, 1.0))
 
 
@@ -430,7 +752,7 @@ def _prior_and_invariant(n, x0_prior, x0_prior_sigma, invariant, invariant_weigh
     return prior, penalty
 
 
-def objective_for_experiment(model, experiment, observed, *, theta0, sigma=1.0,
+def objective_for_experiment(model, experiment, observed, *, theta0, fitted=None, sigma=1.0,
                              noise_kind="absolute", x0_prior=None, x0_prior_sigma=None,
                              invariant=None, invariant_weight=1e-4, positive=False,
                              integrator="LSODA", rtol=1e-8, atol=1e-10,
@@ -443,6 +765,8 @@ def objective_for_experiment(model, experiment, observed, *, theta0, sigma=1.0,
     experiment : Experiment
     observed : tuple of int
     theta0 : ndarray of shape (n_params,)
+    fitted : ndarray of bool of shape (n_params,), optional
+        Parameters that are estimated (default: all); the others are held at ``theta0``.
     sigma, noise_kind, x0_prior, x0_prior_sigma, invariant, invariant_weight, positive, \
 integrator, rtol, atol
         As for :class:`~sklode.AdjointODE`.
@@ -463,8 +787,37 @@ integrator, rtol, atol
         observation_sigma(experiment.Y, sigma, noise_kind), observed, x0, theta0,
         free=experiment.estimate_x0, prior=prior, invariant=penalty,
         positive=check_positive(positive, model.n_params), integrator=integrator, rtol=rtol,
-        atol=atol)
-    return objective, objective.to_u(np.concatenate([x0[experiment.estimate_x0], theta0]))
+        atol=atol, fitted=fitted)
+    return objective, objective.to_u(np.concatenate([x0[objective.free],
+                                                     theta0[objective.fitted]]))
+
+
+def objective_for_experiments(model, data, **settings):
+    """The cost of every experiment of an :class:`~sklode._validation.ExperimentData` (theta
+    shared) and its start: a :class:`LeastSquaresObjective` for one experiment, an
+    :class:`ExperimentsObjective` for several.
+
+    Parameters
+    ----------
+    model : ODEModel
+    data : ExperimentData
+    **settings
+        The keyword arguments of :func:`objective_for_experiment`.
+
+    Returns
+    -------
+    objective : LeastSquaresObjective or ExperimentsObjective
+    u0 : ndarray
+        The starting point in optimiser variables.
+    """
+    posed = [objective_for_experiment(model, experiment, data.observed, **settings)
+             for experiment in data.experiments]
+    if not data.several:
+        return posed[0]
+    objective = ExperimentsObjective([part for part, _ in posed])
+    u0 = np.concatenate([u[: part.n_x0] for part, u in posed]
+                        + [posed[0][1][posed[0][0].n_x0:]])
+    return objective, u0
 
 
 def build_objective(model, t, Y, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -498,7 +851,7 @@ def build_objective(model, t, Y, *, theta0=None, x0=None, t0=None, estimate_x0=T
                  "invariant_weight", "positive", "integrator", "rtol", "atol")
     data = check_experiments(t, Y, model=check_model(model), observed=observed, x0=x0, t0=t0,
                              estimate_x0=estimate_x0, estimator_name="AdjointODE")
-    return objective_for_experiment(
-        model, data.only_experiment("AdjointODE"), data.observed,
-        theta0=check_theta0(theta0, model),
+    fitted, theta0 = check_fixed(settings.get("fixed"), check_theta0(theta0, model), model)
+    return objective_for_experiments(
+        model, data, theta0=theta0, fitted=fitted,
         **{k: v for k, v in settings.items() if k in cost_keys})

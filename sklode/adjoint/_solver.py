@@ -83,7 +83,7 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
 
     Parameters
     ----------
-    objective : LeastSquaresObjective
+    objective : LeastSquaresObjective or ExperimentsObjective
         The cost (:func:`~sklode.adjoint.build_objective`).
     u0 : ndarray
         Start, in optimiser variables (strictly inside ``bounds``).
@@ -112,13 +112,13 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
         The ODE cannot be solved at the starting point.
     """
     try:
-        start = objective.trajectory(u0)
+        start_evaluations = objective.evaluations_at(u0)
     except IntegrationError as exc:
         x0, theta0 = objective.split(objective.to_z(u0))
         raise IntegrationError(
             f"AdjointODE cannot start: the ODE fails at the initial guess theta0={theta0}, "
             f"x0={x0}. {exc}", t_reached=exc.t_reached) from exc
-    objective.max_evaluations = max(20_000, _TRIAL_EVALUATION_FACTOR * start.n_evaluations)
+    objective.max_evaluations = max(20_000, _TRIAL_EVALUATION_FACTOR * start_evaluations)
     history = {"loss": [], "grad": []}
 
     def log(loss, grad):
@@ -229,7 +229,7 @@ def gauss_newton_covariance(objective, u):
         r = objective.residual(u)
     except IntegrationError:
         return np.full((u.size, u.size), np.nan)
-    m_data = objective.Y.size
-    dof = max(m_data - u.size, 1)
+    m_data = objective.n_data_rows  # the data rows come first in r (zero where missing)
+    dof = max(objective.n_data - u.size, 1)
     chi2 = float(np.sum(r[:m_data] ** 2)) / dof
     return chi2 * np.linalg.pinv(J.T @ J)
