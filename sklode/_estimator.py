@@ -27,13 +27,21 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import _is_experiment_list, check_experiments, check_theta0, check_times
+from ._validation import (
+    _is_experiment_list,
+    check_experiments,
+    check_fixed,
+    check_theta0,
+    check_times,
+)
 from .exceptions import ConvergenceWarning
 from .integrate import INTEGRATORS, simulate
 from .models import check_model
+from .models._base import HeldParameters
 
-__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "experiment_on_data_grid", "is_linear_on_data",
-           "require_complete", "require_observed", "standard_errors", "warn_not_converged"]
+__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "experiment_on_data_grid", "hold_fixed",
+           "is_linear_on_data", "release_fixed", "require_complete", "require_observed",
+           "standard_errors", "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
 
@@ -46,6 +54,7 @@ COMMON_CONSTRAINTS = {
     "t0": [Real, "array-like", None],
     "estimate_x0": ["boolean", "array-like"],
     "observed": ["array-like", None],
+    "fixed": [dict, None],
     "bounds": [tuple, list, None],
     "positive": ["boolean", "array-like"],
     "tol": [Interval(Real, 0, None, closed="neither")],
@@ -320,6 +329,63 @@ def experiment_on_data_grid(data, estimator_name):
                          f"time {experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, "
                          "or use AdjointODE, which integrates from any t0.")
     return experiment
+
+
+def hold_fixed(model, fixed, theta0, bounds):
+    """The problem with ``fixed`` parameters held: the model to fit, its start and bounds.
+
+    Parameters
+    ----------
+    model : ODEModel
+    fixed : dict or None
+        Parameter name -> value.
+    theta0 : ndarray of shape (n_params,)
+    bounds : (ndarray, ndarray) or None
+        Bounds on every parameter.
+
+    Returns
+    -------
+    model : ODEModel
+        ``model`` itself, or a :class:`~sklode.models._base.HeldParameters` of the others.
+    theta0 : ndarray
+        Start of the fitted parameters.
+    bounds : (ndarray, ndarray) or None
+        Their bounds.
+    fitted : ndarray of bool of shape (n_params,)
+        Which parameters are fitted.
+    """
+    fitted, theta0 = check_fixed(fixed, theta0, model)
+    if fitted.all():
+        return model, theta0, bounds, fitted
+    held = HeldParameters(model, fitted, theta0)
+    if bounds is not None:
+        bounds = (bounds[0][fitted], bounds[1][fitted])
+    return held, theta0[fitted], bounds, fitted
+
+
+def release_fixed(model, theta, cov):
+    """The whole parameter vector and its covariance (zero for held parameters).
+
+    Parameters
+    ----------
+    model : ODEModel
+        What :func:`hold_fixed` returned.
+    theta : ndarray
+        Fitted parameters.
+    cov : ndarray
+        Their covariance.
+
+    Returns
+    -------
+    theta : ndarray of shape (n_params,)
+    cov : ndarray of shape (n_params, n_params)
+    """
+    if not isinstance(model, HeldParameters):
+        return theta, cov
+    fitted = np.array(model.fitted)
+    whole = np.zeros((fitted.size, fitted.size))
+    whole[np.ix_(fitted, fitted)] = cov
+    return model.full(theta), whole
 
 
 def initial_times(data):

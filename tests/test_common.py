@@ -16,8 +16,9 @@ from sklode.models import LotkaVolterra
 ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]
 by_estimator = pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
 
-COMMON_PARAMETERS = ("model", "theta0", "x0", "t0", "estimate_x0", "observed", "bounds",
-                     "positive", "tol", "max_iter", "verbose", "integrator", "rtol", "atol")
+COMMON_PARAMETERS = ("model", "theta0", "x0", "t0", "estimate_x0", "observed", "fixed",
+                     "bounds", "positive", "tol", "max_iter", "verbose", "integrator", "rtol",
+                     "atol")
 COMMON_FITTED = ("theta_", "theta_cov_", "theta_stderr_", "x0_", "x0_stderr_", "t0_",
                  "n_iter_", "converged_", "stop_reason_", "solver_", "observed_",
                  "n_features_in_")
@@ -46,8 +47,8 @@ def test_common_parameters_exist_with_the_same_defaults(Estimator):
     params = Estimator(LotkaVolterra()).get_params()
     assert set(COMMON_PARAMETERS) <= set(params)
     defaults = {"theta0": None, "x0": None, "t0": None, "estimate_x0": True, "observed": None,
-                "bounds": None, "positive": False, "verbose": 0, "integrator": "LSODA",
-                "rtol": 1e-8, "atol": 1e-10}
+                "fixed": None, "bounds": None, "positive": False, "verbose": 0,
+                "integrator": "LSODA", "rtol": 1e-8, "atol": 1e-10}
     assert {k: params[k] for k in defaults} == defaults
 
 
@@ -151,6 +152,21 @@ def test_non_binding_bounds_change_nothing(Estimator, lv, fitted):
     est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, bounds=(-100.0, 100.0)), lv)
     # Same algorithm; the bounded solvers stop to their own tolerances (1e-6 relative).
     assert_allclose(est.theta_, fitted[Estimator].theta_, rtol=1e-5)
+
+
+@by_estimator
+def test_a_fixed_parameter_stays_exactly_fixed(Estimator, lv, fitted):
+    est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, fixed={"c": 4.0}), lv)
+    assert est.theta_[2] == 4.0
+    assert est.theta_stderr_[2] == 0.0 and np.all(est.theta_cov_[2] == 0.0)
+    assert np.all(est.theta_stderr_[[0, 1, 3]] > 0)
+    # c held at its true value: the others still within 0.6 of (2, 1, ., 1) at noise 0.1.
+    assert np.max(np.abs(est.theta_[[0, 1, 3]] - [2, 1, 1])) < 0.6
+    # Held with a bound on another parameter: both honoured.
+    both = _fit(Estimator(LotkaVolterra(), theta0=THETA0, fixed={"c": 4.0},
+                          bounds=([-np.inf, -np.inf, -np.inf, -np.inf],
+                                  [np.inf, 0.9, np.inf, np.inf])), lv)
+    assert both.theta_[2] == 4.0 and both.theta_[1] <= 0.9
 
 
 @by_estimator

@@ -163,7 +163,6 @@ class AdjointODE(ODEEstimator):
 
     _parameter_constraints = {
         **COMMON_CONSTRAINTS,
-        "fixed": [dict, None],
         "sigma": [Interval(Real, 0, None, closed="neither"), "array-like"],
         "noise_kind": [StrOptions(set(NOISE_KINDS))],
         "x0_prior": ["array-like", None],

@@ -13,6 +13,8 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     experiment_on_data_grid,
+    hold_fixed,
+    release_fixed,
     standard_errors,
     warn_not_converged,
 )
@@ -59,6 +61,10 @@ class BCDProxODE(ODEEstimator):
     observed : sequence of int or str, default=None
         Which states ``Y``'s columns hold, as indices or state names; all of them must be
         there. None: every state, in order.
+    fixed : dict, default=None
+        Parameters held at given values while the others are fitted, by name, e.g.
+        ``{"c": 4.0}``: the theta-steps fit the others (the model stays affine in them);
+        their values are in ``theta_`` and their standard errors are 0.
     bounds : (array-like, array-like), default=None
         Lower and upper bounds on theta (scalars or one per parameter, ``±inf`` allowed),
         honoured by every theta-step (bounded linear least squares for models linear in
@@ -179,7 +185,7 @@ class BCDProxODE(ODEEstimator):
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
-                 observed=None, bounds=None, positive=False, lam=1.0, order=3,
+                 observed=None, fixed=None, bounds=None, positive=False, lam=1.0, order=3,
                  optimizer="gauss-newton", acceleration="anderson", anderson_memory=20,
                  stop="relative", tol=1e-6, max_iter=5000, integrator="LSODA", rtol=1e-8,
                  atol=1e-10, verbose=0):
@@ -189,6 +195,7 @@ class BCDProxODE(ODEEstimator):
         self.t0 = t0
         self.estimate_x0 = estimate_x0
         self.observed = observed
+        self.fixed = fixed
         self.bounds = bounds
         self.positive = positive
         self.lam = lam
@@ -227,18 +234,20 @@ class BCDProxODE(ODEEstimator):
         experiment = experiment_on_data_grid(data, type(self).__name__)
         model = self.model
         known_x0 = np.where(experiment.estimate_x0, np.nan, experiment.x0)
+        fit_model, theta0, bounds, _ = hold_fixed(
+            model, self.fixed, self._initial_theta(),
+            bounds_with_positivity(self.bounds, self.positive, model))
 
         res = bcd_prox_solve(
-            model, experiment.t, experiment.Y, self._initial_theta(), lam=self.lam,
-            order=self.order, optimizer=self.optimizer, acceleration=self.acceleration,
+            fit_model, experiment.t, experiment.Y, theta0, lam=self.lam, order=self.order,
+            optimizer=self.optimizer, acceleration=self.acceleration,
             anderson_memory=self.anderson_memory, stop=self.stop, tol=self.tol,
-            max_iter=self.max_iter, bounds=bounds_with_positivity(self.bounds, self.positive,
-                                                                  model),
-            x0=known_x0, verbose=self.verbose)
+            max_iter=self.max_iter, bounds=bounds, x0=known_x0, verbose=self.verbose)
 
+        theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
         x0 = res.states[0].copy()
         with np.errstate(over="ignore", invalid="ignore"):
-            predicted = ab_integrate(lambda s, x: model.f(s, x, res.theta), x0, experiment.t,
+            predicted = ab_integrate(lambda s, x: model.f(s, x, theta), x0, experiment.t,
                                      self.order)
         if not np.all(np.isfinite(predicted)):
             warnings.warn(
@@ -253,8 +262,8 @@ class BCDProxODE(ODEEstimator):
                                f"{self.tol}), or use stop='relative' and "
                                "acceleration='anderson'.")
         return self._set_fitted(
-            theta_=res.theta, theta_cov_=res.theta_cov,
-            theta_stderr_=standard_errors(res.theta_cov), states_=res.states, x0_=x0,
+            theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
+            states_=res.states, x0_=x0,
             x0_stderr_=np.where(experiment.estimate_x0, np.nan, 0.0),
             t0_=float(experiment.t[0]), predicted_states_=predicted,
             fidelity_history_=list(res.fidelity_history), n_iter_=res.n_iter,

@@ -23,7 +23,7 @@ import torch
 
 from ..exceptions import ModelError, NotLinearInThetaError
 
-__all__ = ["ODEModel", "FunctionModel", "check_model"]
+__all__ = ["ODEModel", "FunctionModel", "HeldParameters", "check_model"]
 
 _DTYPE = torch.float64
 
@@ -58,8 +58,8 @@ class ODEModel:
     Subclass it and define three names and one method; everything else (Jacobians,
     vector-Jacobian products, the affine split used by WENDy and BCD-prox) is derived.
 
-    Class attributes
-    ----------------
+    Attributes
+    ----------
     state_names : tuple of str
         Names of the state components, in the order of the last axis of ``x``.
     param_names : tuple of str
@@ -67,13 +67,12 @@ class ODEModel:
     default_theta : tuple of float, optional
         The initial guess estimators use when ``theta0=None``. Missing means all ones.
 
-    Methods to define
-    -----------------
-    rhs(t, x, theta)
-        Torch operations only. ``x`` has shape ``(..., n_states)``, ``theta`` shape
-        ``(n_params,)``, ``t`` is a tensor broadcastable against ``x[..., 0]``; return a
-        tensor of the same shape as ``x``. Each time point must depend only on its own row
-        (the library evaluates whole grids in one call).
+    Notes
+    -----
+    The method to define is ``rhs(t, x, theta)``, in torch operations only. ``x`` has shape
+    ``(..., n_states)``, ``theta`` shape ``(n_params,)``, ``t`` is a tensor broadcastable
+    against ``x[..., 0]``; return a tensor of the same shape as ``x``. Each time point must
+    depend only on its own row (the library evaluates whole grids in one call).
 
     Model constants (a population size, a dimension) are constructor arguments stored under
     the same name, as for scikit-learn estimators: they make the ``repr``, equality and
@@ -531,6 +530,82 @@ class FunctionModel(ODEModel):
             ``dx/dt``.
         """
         return self.rhs_function(t, x, theta)
+
+
+class HeldParameters(ODEModel):
+    """``model`` with some parameters held at given values: its parameters are the others.
+
+    The field is ``model.rhs(t, x, values + S @ theta)`` with ``S`` the one-hot map of the
+    fitted parameters into the whole vector, so it stays affine in theta when the model is,
+    and every derivative comes from torch as for any model. Methods whose steps are linear
+    least squares (BCD-prox, WENDy) hold parameters by fitting this model.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The whole model.
+    fitted : tuple of bool
+        One per parameter of ``model``: True where it is fitted.
+    values : tuple of float
+        One per parameter of ``model``: the value of each held one (others unused).
+    """
+
+    def __init__(self, model, fitted, values):
+        self.model = model
+        self.fitted = tuple(bool(f) for f in fitted)
+        self.values = tuple(float(v) for v in values)
+        kept = [i for i, f in enumerate(self.fitted) if f]
+        self.state_names = model.state_names
+        self.param_names = tuple(model.param_names[i] for i in kept)
+        self.default_theta = tuple(model.theta_guess()[kept])
+        scatter = np.zeros((len(self.fitted), len(kept)))
+        scatter[kept, np.arange(len(kept))] = 1.0
+        self._scatter = torch.from_numpy(scatter)
+        self._held = torch.tensor(np.where(self.fitted, 0.0, self.values), dtype=_DTYPE)
+
+    @classmethod
+    def _constant_names(cls):
+        return ["model", "fitted", "values"]
+
+    def __getstate__(self):
+        return {"model": self.model, "fitted": self.fitted, "values": self.values}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def full(self, theta):
+        """The whole parameter vector from the fitted ones.
+
+        Parameters
+        ----------
+        theta : array-like of shape (n_fitted,)
+            The fitted parameters.
+
+        Returns
+        -------
+        ndarray of shape (n_params of model,)
+            Held values in place.
+        """
+        return self._held.numpy() + self._scatter.numpy() @ np.asarray(theta, np.float64)
+
+    def rhs(self, t, x, theta):
+        """The whole model's field at the whole parameter vector.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time.
+        x : torch.Tensor of shape (..., n_states)
+            States.
+        theta : torch.Tensor of shape (n_fitted,)
+            The fitted parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., n_states)
+            ``dx/dt``.
+        """
+        return self.model.rhs(t, x, self._held + self._scatter @ theta)
 
 
 def check_model(model):

@@ -12,7 +12,9 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     experiment_on_data_grid,
+    hold_fixed,
     is_linear_on_data,
+    release_fixed,
     standard_errors,
     warn_not_converged,
 )
@@ -63,6 +65,10 @@ class WENDyODE(ODEEstimator):
     observed : sequence of int or str, default=None
         Which states ``Y``'s columns hold; the weak form needs all of them. None: every
         state, in order.
+    fixed : dict, default=None
+        Parameters held at given values while the others are fitted, by name, e.g.
+        ``{"c": 4.0}``: the weak form is fitted in the others (it stays linear in them); their
+        values are in ``theta_`` and their standard errors are 0.
     bounds : (array-like, array-like), default=None
         Lower and upper bounds on theta (scalars or one per parameter, ``±inf`` allowed),
         honoured by every solve on either path: bounded linear least squares (BVLS) in each
@@ -182,7 +188,7 @@ class WENDyODE(ODEEstimator):
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
-                 observed=None, bounds=None, positive=False, x0_method="shooting",
+                 observed=None, fixed=None, bounds=None, positive=False, x0_method="shooting",
                  min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
                  alpha=1e-10, bias_correction=True, tol=1e-6, max_iter=100,
                  integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
@@ -192,6 +198,7 @@ class WENDyODE(ODEEstimator):
         self.t0 = t0
         self.estimate_x0 = estimate_x0
         self.observed = observed
+        self.fixed = fixed
         self.bounds = bounds
         self.positive = positive
         self.x0_method = x0_method
@@ -229,28 +236,31 @@ class WENDyODE(ODEEstimator):
         data = self._validate_data(t, Y)
         experiment = experiment_on_data_grid(data, type(self).__name__)
         model, t, U = self.model, experiment.t, experiment.Y
+        fit_model, theta0, bounds, _ = hold_fixed(
+            model, self.fixed, self._initial_theta(),
+            bounds_with_positivity(self.bounds, self.positive, model))
 
-        res = wendy_solve(model, t, U, self._initial_theta(),
-                          linear=is_linear_on_data(model, t, U), alpha=self.alpha,
-                          tol=self.tol, max_iter=self.max_iter, min_radius=self.min_radius,
-                          n_scales=self.n_scales, max_test_functions=self.max_test_functions,
-                          bounds=bounds_with_positivity(self.bounds, self.positive, model),
+        res = wendy_solve(fit_model, t, U, theta0, linear=is_linear_on_data(fit_model, t, U),
+                          alpha=self.alpha, tol=self.tol, max_iter=self.max_iter,
+                          min_radius=self.min_radius, n_scales=self.n_scales,
+                          max_test_functions=self.max_test_functions, bounds=bounds,
                           bias_correction=self.bias_correction, verbose=self.verbose)
-        x0, x0_stderr = self._initial_state(experiment, res)
+        theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
+        theta_ols = release_fixed(fit_model, res.theta_ols, res.theta_cov)[0]
+        x0, x0_stderr = self._initial_state(experiment, theta, res)
 
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
                                f"{self.tol}).")
         return self._set_fitted(
-            theta_=res.theta, theta_cov_=res.theta_cov,
-            theta_stderr_=standard_errors(res.theta_cov), sigma_=res.sigma,
-            theta_ols_=res.theta_ols, x0_=x0, x0_stderr_=x0_stderr, t0_=float(t[0]),
+            theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
+            sigma_=res.sigma, theta_ols_=theta_ols, x0_=x0, x0_stderr_=x0_stderr, t0_=float(t[0]),
             n_iter_=res.n_iter, converged_=res.converged, stop_reason_=res.stop_reason,
             solver_=res.solver, n_test_functions_=res.n_test_functions,
             radii_=list(res.radii), **self._data_attributes(data))
 
-    def _initial_state(self, experiment, res):
+    def _initial_state(self, experiment, theta, res):
         """``x0_`` and its standard errors: known components as given, the others by
         ``x0_method`` from the smoothed data (or the given guess)."""
         t, U, free = experiment.t, experiment.Y, experiment.estimate_x0
@@ -262,10 +272,10 @@ class WENDyODE(ODEEstimator):
             return np.where(free, smooth, start), np.where(free, np.nan, 0.0)
         shoot = {"integrator": self.integrator, "rtol": max(self.rtol, SHOOT_RTOL)}
         n_win = shooting_window(t, U, smooth, res.sigma, res.radii[0])
-        x0, x0_stderr = shoot_initial_state(self.model, res.theta, t[:n_win], U[:n_win],
+        x0, x0_stderr = shoot_initial_state(self.model, theta, t[:n_win], U[:n_win],
                                             start, free=free, **shoot)
         if self.x0_method == "shooting_all" and n_win < t.size:
             # From the window's x0, which is near the right basin, over everything.
-            x0, x0_stderr = shoot_initial_state(self.model, res.theta, t, U, x0, free=free,
+            x0, x0_stderr = shoot_initial_state(self.model, theta, t, U, x0, free=free,
                                                 **shoot)
         return x0, x0_stderr
