@@ -284,9 +284,15 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     history = []  # (theta_n, its weak-form NLL, its whitened Jacobian); n = 0 is OLS
     converged, stop_reason, n_iter = False, f"max_iter={max_iter} reached", 0
     for n_iter in range(1, max_iter + 1):
-        Lc, J = whitening(theta)
-        history.append(assess(theta, Lc))
-        theta_new, white_res = system.solve_weighted(Lc, J, theta, history[-1][2])
+        try:
+            Lc, J = whitening(theta)
+            history.append(assess(theta, Lc))
+            theta_new, white_res = system.solve_weighted(Lc, J, theta, history[-1][2])
+        except np.linalg.LinAlgError as exc:  # a covariance that is not positive definite
+            raise DivergenceError(
+                f"WENDy's residual covariance broke down at iteration {n_iter} ({exc}); the "
+                f"iterate theta = {theta} makes the weak form singular. Try bounds, a closer "
+                "theta0, or a larger alpha.", n_iter=n_iter) from exc
         if not np.all(np.isfinite(theta_new)):
             raise DivergenceError(
                 f"WENDy iterates became non-finite at iteration {n_iter}; the data may not "
