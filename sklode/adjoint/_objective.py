@@ -40,6 +40,31 @@ logger = logging.getLogger("sklode")
 _START_EVALUATIONS = 200_000  # ~8 s of torch evaluations for the starting point's solve
 
 
+def _to_u(z, scale, log_mask, theta_start):
+    """Optimiser variables: ``z / scale``, or ``log(z)`` where ``log_mask``."""
+    z = np.asarray(z, dtype=np.float64)
+    if np.any(z[log_mask] <= 0):
+        raise ValueError("positive=True needs strictly positive starting parameters; got "
+                         f"theta0={theta_start}.")
+    u = z / scale
+    u[log_mask] = np.log(z[log_mask])
+    return u
+
+
+def _to_z(u, scale, log_mask):
+    """The inverse of :func:`_to_u`."""
+    z = u * scale
+    z[log_mask] = np.exp(u[log_mask])
+    return z
+
+
+def _dz_du(u, scale, log_mask):
+    """Diagonal of ``dz/du`` for :func:`_to_z`."""
+    d = scale.copy()
+    d[log_mask] = np.exp(u[log_mask])
+    return d
+
+
 class LeastSquaresObjective:
     """The residual vector of the seed's cost and its derivatives in optimiser variables.
 
@@ -128,13 +153,7 @@ class LeastSquaresObjective:
         ndarray of shape (n_unknowns,)
             ``z / scale``, or ``log(theta)`` for positive parameters.
         """
-        z = np.asarray(z, dtype=np.float64)
-        if np.any(z[self.log_mask] <= 0):
-            raise ValueError("positive=True needs strictly positive starting parameters; got "
-                             f"theta0={self.theta_fixed}.")
-        u = z / self.scale
-        u[self.log_mask] = np.log(z[self.log_mask])
-        return u
+        return _to_u(z, self.scale, self.log_mask, self.theta_fixed)
 
     def to_z(self, u):
         """The unknowns from the optimiser variables (the inverse of :meth:`to_u`).
@@ -149,9 +168,7 @@ class LeastSquaresObjective:
         ndarray of shape (n_unknowns,)
             ``z = [x0[free], theta[fitted]]``.
         """
-        z = u * self.scale
-        z[self.log_mask] = np.exp(u[self.log_mask])
-        return z
+        return _to_z(u, self.scale, self.log_mask)
 
     def dz_du(self, u):
         """Diagonal of ``dz/du`` (the map is element-wise).
@@ -166,9 +183,7 @@ class LeastSquaresObjective:
         ndarray of shape (n_unknowns,)
             ``scale``, or ``exp(u)`` for positive parameters.
         """
-        d = self.scale.copy()
-        d[self.log_mask] = np.exp(u[self.log_mask])
-        return d
+        return _dz_du(u, self.scale, self.log_mask)
 
     def split(self, z):
         """The whole initial state and theta from the unknowns.
@@ -481,7 +496,7 @@ class ExperimentsObjective:
         ndarray of shape (n_unknowns,)
             Optimiser variables.
         """
-        return LeastSquaresObjective.to_u(self, z)
+        return _to_u(z, self.scale, self.log_mask, self.theta_fixed)
 
     def to_z(self, u):
         """The unknowns from the optimiser variables.
@@ -496,7 +511,7 @@ class ExperimentsObjective:
         ndarray of shape (n_unknowns,)
             The unknowns.
         """
-        return LeastSquaresObjective.to_z(self, u)
+        return _to_z(u, self.scale, self.log_mask)
 
     def dz_du(self, u):
         """Diagonal of ``dz/du``.
@@ -511,7 +526,7 @@ class ExperimentsObjective:
         ndarray of shape (n_unknowns,)
             The diagonal.
         """
-        return LeastSquaresObjective.dz_du(self, u)
+        return _dz_du(u, self.scale, self.log_mask)
 
     def split(self, z):
         """Every experiment's initial state, and theta.
