@@ -124,3 +124,23 @@ def test_methods_on_the_data_grid_refuse_what_they_cannot_take_yet(Estimator):
     Y[4, 1] = np.nan
     with pytest.raises(ValueError, match=r"1 missing value\(s\) \(NaN\)"):
         Estimator(LotkaVolterra(), **GUESS).fit(ta, Y)
+
+
+@pytest.mark.parametrize("optimizer", ["trf", "L-BFGS-B"])
+def test_a_bounded_initial_state_stays_in_its_bounds(optimizer):
+    # The prey starts at 5 in truth; an upper bound of 4.5 is active and must hold exactly.
+    (ta, Ya), (tb, Yb) = _two_experiments(6, noise=0.1)
+    est = AdjointODE(LotkaVolterra(), **GUESS, optimizer=optimizer, x0=[4.0, 3.0],
+                     x0_bounds=(0.0, [4.5, np.inf])).fit(ta, Ya)
+    assert 0.0 <= est.x0_[0] <= 4.5
+    assert est.x0_[0] == pytest.approx(4.5, abs=1e-6)
+    several = AdjointODE(LotkaVolterra(), **GUESS, optimizer=optimizer, t0=[0.0, 0.0],
+                         x0=[[4.0, 3.0], [2.5, 5.5]], x0_bounds=(0.0, [4.5, 5.8])
+                         ).fit([ta, tb], [Ya, Yb])
+    assert np.all(several.x0_ <= [4.5, 5.8]) and np.all(several.x0_ >= 0.0)
+
+
+def test_unbounded_optimizers_refuse_initial_state_bounds():
+    (ta, Ya), _ = _two_experiments(6)
+    with pytest.raises(ValueError, match=r"x0_bounds need optimizer 'trf' or 'L-BFGS-B'"):
+        AdjointODE(LotkaVolterra(), **GUESS, optimizer="BFGS", x0_bounds=(0, 10)).fit(ta, Ya)

@@ -63,6 +63,10 @@ class AdjointODE(ODEEstimator):
         refuse them with a ValueError.
     positive : bool or array-like of bool of shape (n_params,), default=False
         Optimise ``log(theta)`` for these parameters: they stay strictly positive.
+    x0_bounds : (array-like, array-like), default=None
+        Lower and upper bounds on the estimated initial state (scalars or one per state,
+        ``±inf`` allowed), e.g. ``(0, N)`` for compartments of a population of ``N``;
+        ``optimizer="trf"`` and ``"L-BFGS-B"`` only, like ``bounds``.
     sigma : float or array-like, default=1.0
         Standard deviation of the observations: one value, one per observed state, or one per
         observation (shape of ``Y``), read according to ``noise_kind``.
@@ -163,6 +167,7 @@ class AdjointODE(ODEEstimator):
 
     _parameter_constraints = {
         **COMMON_CONSTRAINTS,
+        "x0_bounds": [tuple, list, None],
         "sigma": [Interval(Real, 0, None, closed="neither"), "array-like"],
         "noise_kind": [StrOptions(set(NOISE_KINDS))],
         "x0_prior": ["array-like", None],
@@ -174,7 +179,8 @@ class AdjointODE(ODEEstimator):
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
-                 observed=None, fixed=None, bounds=None, positive=False, sigma=1.0,
+                 observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
+                 sigma=1.0,
                  noise_kind="absolute",
                  x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
                  optimizer="trf", gradient="adjoint", tol=1e-8, max_iter=200,
@@ -188,6 +194,7 @@ class AdjointODE(ODEEstimator):
         self.fixed = fixed
         self.bounds = bounds
         self.positive = positive
+        self.x0_bounds = x0_bounds
         self.sigma = sigma
         self.noise_kind = noise_kind
         self.x0_prior = x0_prior
@@ -268,16 +275,24 @@ class AdjointODE(ODEEstimator):
         """Bounds on the optimiser's variables, or None."""
         model = self.model
         checked = check_bounds(self.bounds, model.n_params, model.param_names)
-        if checked is None:
+        on_x0 = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        if checked is None and on_x0 is None:
             return None
         if self.optimizer not in BOUNDED_OPTIMIZERS:
-            raise ValueError(f"bounds need optimizer 'trf' or 'L-BFGS-B', not "
+            which = "bounds" if checked is not None else "x0_bounds"
+            raise ValueError(f"{which} need optimizer 'trf' or 'L-BFGS-B', not "
                              f"{self.optimizer!r}: the other optimisers are unconstrained. "
                              "Use one of those two, or positive=True for a lower bound of 0.")
-        lo, hi = checked[0][objective.fitted], checked[1][objective.fitted]
         n_x0 = objective.n_x0
         lower = np.full(objective.scale.size, -np.inf)
         upper = np.full(objective.scale.size, np.inf)
+        if on_x0 is not None:  # each estimated component by the bound of its state
+            states = objective.x0_states
+            lower[:n_x0] = on_x0[0][states] / objective.scale[:n_x0]
+            upper[:n_x0] = on_x0[1][states] / objective.scale[:n_x0]
+        if checked is None:
+            return lower, upper
+        lo, hi = checked[0][objective.fitted], checked[1][objective.fitted]
         log_scale = objective.log_mask[n_x0:]
         with np.errstate(divide="ignore"):
             lower[n_x0:] = np.where(log_scale, np.log(np.maximum(lo, 0.0)),

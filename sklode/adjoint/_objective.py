@@ -126,6 +126,7 @@ class LeastSquaresObjective:
         self.solver = {"integrator": integrator, "rtol": rtol, "atol": atol}
         self.n_states, self.n_params = model.n_states, model.n_params
         self.n_x0 = int(self.free.sum())
+        self.x0_states = np.flatnonzero(self.free)  # the state of each x0 unknown
         self.n_data = int(self.mask.sum())
         z0 = np.concatenate([self.x0_fixed[self.free], self.theta_fixed[self.fitted]])
         self.scale = np.where(z0 != 0, np.abs(z0), 1.0)
@@ -453,6 +454,7 @@ class ExperimentsObjective:
         sizes = [p.n_x0 for p in self.parts]
         self.x0_slices = [slice(a, a + n) for a, n in zip(np.cumsum([0] + sizes[:-1]), sizes)]
         self.n_x0 = int(sum(sizes))
+        self.x0_states = np.concatenate([p.x0_states for p in self.parts])
         self.scale = np.concatenate([p.scale[: p.n_x0] for p in self.parts]
                                     + [first.scale[first.n_x0:]])
         self.log_mask = np.concatenate([p.log_mask[: p.n_x0] for p in self.parts]
