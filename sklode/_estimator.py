@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._validation import (
     _is_experiment_list,
+    bounds_with_positivity,
     check_experiments,
     check_fixed,
     check_theta0,
@@ -106,6 +107,13 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
     def _initial_theta(self):
         """``theta0`` as a checked float64 vector (the model's default guess when None)."""
         return check_theta0(self.theta0, self.model)
+
+    def _bounded_theta_problem(self):
+        """The model to fit, its start and bounds, for methods whose theta-steps are linear
+        least squares (BCD-prox, WENDy): ``fixed`` held (:func:`hold_fixed`), ``positive``
+        as a lower bound of 0."""
+        return hold_fixed(self.model, self.fixed, self._initial_theta(),
+                          bounds_with_positivity(self.bounds, self.positive, self.model))
 
     @staticmethod
     def _data_attributes(data):
@@ -273,20 +281,18 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                                 self.theta_ + z * self.theta_stderr_])
 
 
-def require_observed(data, estimator_name, alternatives="AdjointODE"):
+def require_observed(data, estimator_name):
     """Raise a ValueError when some state is never observed and the method needs them all.
 
     Parameters
     ----------
     data : ExperimentData
     estimator_name : str
-    alternatives : str
-        The estimators that can fit hidden states, for the message.
     """
     if data.hidden:
         raise ValueError(
             f"{estimator_name} needs every state observed, but observed={data.observed} "
-            f"leaves states {data.hidden} hidden. Use {alternatives}, which fits hidden "
+            f"leaves states {data.hidden} hidden. Use AdjointODE, which fits hidden "
             "states, or observe every state.")
 
 
@@ -351,16 +357,14 @@ def hold_fixed(model, fixed, theta0, bounds):
         Start of the fitted parameters.
     bounds : (ndarray, ndarray) or None
         Their bounds.
-    fitted : ndarray of bool of shape (n_params,)
-        Which parameters are fitted.
     """
     fitted, theta0 = check_fixed(fixed, theta0, model)
     if fitted.all():
-        return model, theta0, bounds, fitted
+        return model, theta0, bounds
     held = HeldParameters(model, fitted, theta0)
     if bounds is not None:
         bounds = (bounds[0][fitted], bounds[1][fitted])
-    return held, theta0[fitted], bounds, fitted
+    return held, theta0[fitted], bounds
 
 
 def release_fixed(model, theta, cov):

@@ -68,11 +68,6 @@ class Experiment:
     estimate_x0: np.ndarray
 
     @property
-    def n_times(self):
-        """Number of observation times."""
-        return self.t.size
-
-    @property
     def complete(self):
         """Whether every entry of ``Y`` is observed."""
         return bool(self.mask.all())

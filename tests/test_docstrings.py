@@ -32,20 +32,22 @@ def _public_objects():
             if not path.startswith("sklode"):
                 continue  # re-exported from scikit-learn (ConvergenceWarning)
             seen.setdefault(path, obj)
-            if inspect.isclass(obj):
-                for attr, member in vars(obj).items():
+            if not inspect.isclass(obj):
+                continue
+            # Public methods of the class and of the sklode classes it inherits from (the
+            # shared estimator base, a shared objective base), each under its owner's name.
+            for owner in obj.__mro__:
+                if not owner.__module__.startswith("sklode"):
+                    continue
+                for attr, member in vars(owner).items():
                     if attr.startswith("_") or not (inspect.isfunction(member)
                                                     or isinstance(member, (classmethod,
                                                                            property))):
                         continue
                     if getattr(member, "__doc__", None) is None and inspect.getdoc(
-                            getattr(obj, attr)):
+                            getattr(owner, attr)):
                         continue  # an override documented by its base (a zoo model's rhs)
-                    seen.setdefault(f"{path}.{attr}", member)
-                for attr in ("predict", "simulate", "confidence_intervals"):
-                    if hasattr(obj, "fit") and hasattr(obj, attr):  # the shared estimator API
-                        owner = next(k for k in obj.__mro__ if attr in vars(k))
-                        seen.setdefault(f"{owner.__module__}.{owner.__qualname__}.{attr}", None)
+                    seen.setdefault(f"{owner.__module__}.{owner.__qualname__}.{attr}", member)
     return sorted(seen)
 
 

@@ -40,32 +40,128 @@ logger = logging.getLogger("sklode")
 _START_EVALUATIONS = 200_000  # ~8 s of torch evaluations for the starting point's solve
 
 
-def _to_u(z, scale, log_mask, theta_start):
-    """Optimiser variables: ``z / scale``, or ``log(z)`` where ``log_mask``."""
-    z = np.asarray(z, dtype=np.float64)
-    if np.any(z[log_mask] <= 0):
-        raise ValueError("positive=True needs strictly positive starting parameters; got "
-                         f"theta0={theta_start}.")
-    u = z / scale
-    u[log_mask] = np.log(z[log_mask])
-    return u
+class _Objective:
+    """What every AdjointODE cost derives from its primitives: the map between the unknowns
+    ``z`` and the optimiser variables ``u`` (``z = scale * u``, or ``exp(u)`` where
+    ``log_mask``), the cost, the Jacobian in ``u`` and the blow-up-safe gradient.
+
+    A subclass sets ``scale``, ``log_mask`` and ``theta_fixed`` and defines ``residual``,
+    ``jacobian_z`` and ``value_and_grad``; it overrides nothing here.
+    """
+
+    def to_u(self, z):
+        """Optimiser variables from the unknowns.
+
+        Parameters
+        ----------
+        z : array-like of shape (n_unknowns,)
+            The unknowns: the free initial-state components, then the fitted parameters.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            ``z / scale``, or ``log(theta)`` for positive parameters.
+        """
+        z = np.asarray(z, dtype=np.float64)
+        if np.any(z[self.log_mask] <= 0):
+            raise ValueError("positive=True needs strictly positive starting parameters; got "
+                             f"theta0={self.theta_fixed}.")
+        u = z / self.scale
+        u[self.log_mask] = np.log(z[self.log_mask])
+        return u
+
+    def to_z(self, u):
+        """The unknowns from the optimiser variables (the inverse of :meth:`to_u`).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            The unknowns.
+        """
+        z = u * self.scale
+        z[self.log_mask] = np.exp(u[self.log_mask])
+        return z
+
+    def dz_du(self, u):
+        """Diagonal of ``dz/du`` (the map is element-wise).
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+            ``scale``, or ``exp(u)`` for positive parameters.
+        """
+        d = self.scale.copy()
+        d[self.log_mask] = np.exp(u[self.log_mask])
+        return d
+
+    def cost(self, u):
+        """The cost at ``u``.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        float
+            ``L = 1/2 ||r||^2``.
+        """
+        r = self.residual(u)
+        return 0.5 * float(r @ r)
+
+    # ------------------------------------------------------------------ derivatives
+    def jacobian(self, u):
+        """Jacobian of the residual in the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_residuals, n_unknowns)
+            ``dr/du``.
+        """
+        return self.jacobian_z(u) * self.dz_du(u)[None, :]
+
+    def safe_value_and_grad(self, u, method="adjoint"):
+        """As :meth:`value_and_grad`, with an infinite cost where the ODE blows up, so that
+        line searches step back.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+        method : {"adjoint", "forward"}, default="adjoint"
+            As for :meth:`value_and_grad`.
+
+        Returns
+        -------
+        L : float
+            The cost, or inf where the ODE cannot be solved.
+        grad : ndarray of shape (n_unknowns,)
+            ``dL/du``, or NaN there.
+        """
+        try:
+            return self.value_and_grad(u, method)
+        except IntegrationError as exc:
+            logger.debug("trial point rejected: %s", exc)
+            return np.inf, np.full(u.size, np.nan)
 
 
-def _to_z(u, scale, log_mask):
-    """The inverse of :func:`_to_u`."""
-    z = u * scale
-    z[log_mask] = np.exp(u[log_mask])
-    return z
-
-
-def _dz_du(u, scale, log_mask):
-    """Diagonal of ``dz/du`` for :func:`_to_z`."""
-    d = scale.copy()
-    d[log_mask] = np.exp(u[log_mask])
-    return d
-
-
-class LeastSquaresObjective:
+class LeastSquaresObjective(_Objective):
     """The residual vector of the seed's cost and its derivatives in optimiser variables.
 
     The unknowns ``z = [x0[free], theta[fitted]]`` are optimised as ``u``, with
@@ -141,51 +237,6 @@ class LeastSquaresObjective:
         self._cache_key, self._cache = None, None
 
     # ------------------------------------------------------------------ variables
-    def to_u(self, z):
-        """Optimiser variables from the unknowns.
-
-        Parameters
-        ----------
-        z : array-like of shape (n_unknowns,)
-            ``[x0[free], theta[fitted]]``.
-
-        Returns
-        -------
-        ndarray of shape (n_unknowns,)
-            ``z / scale``, or ``log(theta)`` for positive parameters.
-        """
-        return _to_u(z, self.scale, self.log_mask, self.theta_fixed)
-
-    def to_z(self, u):
-        """The unknowns from the optimiser variables (the inverse of :meth:`to_u`).
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        ndarray of shape (n_unknowns,)
-            ``z = [x0[free], theta[fitted]]``.
-        """
-        return _to_z(u, self.scale, self.log_mask)
-
-    def dz_du(self, u):
-        """Diagonal of ``dz/du`` (the map is element-wise).
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        ndarray of shape (n_unknowns,)
-            ``scale``, or ``exp(u)`` for positive parameters.
-        """
-        return _dz_du(u, self.scale, self.log_mask)
-
     def split(self, z):
         """The whole initial state and theta from the unknowns.
 
@@ -240,21 +291,6 @@ class LeastSquaresObjective:
             The count (the solve is cached).
         """
         return self._evaluate(u)[0].n_evaluations
-
-    def trajectory(self, u):
-        """The forward trajectory at ``u`` (cached: derivatives at ``u`` reuse it).
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        Trajectory
-            The stored forward solution (:func:`~sklode.adjoint.forward_trajectory`).
-        """
-        return self._evaluate(u)[0]
 
     def extra_terms(self, x0):
         """Residuals of the x0 prior and of the invariant penalty (when x0 is estimated),
@@ -320,23 +356,6 @@ class LeastSquaresObjective:
             logger.debug("trial point rejected: %s", exc)
             return np.full(self.Y.size + self.extra_terms(self.x0_fixed)[0].size, np.nan)
 
-    def cost(self, u):
-        """The cost at ``u``.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        float
-            ``L = 1/2 ||r||^2``.
-        """
-        r = self.residual(u)
-        return 0.5 * float(r @ r)
-
-    # ------------------------------------------------------------------ derivatives
     def jacobian_z(self, u):
         """Jacobian of the residual in the unknowns, from forward sensitivities.
 
@@ -363,21 +382,6 @@ class LeastSquaresObjective:
         block = np.zeros((J_extra.shape[0], S.shape[-1]))
         block[:, : self.n_x0] = J_extra
         return np.vstack([J_data.reshape(-1, S.shape[-1]), block])
-
-    def jacobian(self, u):
-        """Jacobian of the residual in the optimiser variables.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        ndarray of shape (n_residuals, n_unknowns)
-            ``dr/du``.
-        """
-        return self.jacobian_z(u) * self.dz_du(u)[None, :]
 
     def value_and_grad(self, u, method="adjoint"):
         """The cost and its gradient in the optimiser variables.
@@ -407,32 +411,7 @@ class LeastSquaresObjective:
         g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)
 
-    def safe_value_and_grad(self, u, method="adjoint"):
-        """As :meth:`value_and_grad`, with an infinite cost where the ODE blows up, so that
-        line searches step back.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-        method : {"adjoint", "forward"}, default="adjoint"
-            As for :meth:`value_and_grad`.
-
-        Returns
-        -------
-        L : float
-            The cost, or inf where the ODE cannot be solved.
-        grad : ndarray of shape (n_unknowns,)
-            ``dL/du``, or NaN there.
-        """
-        try:
-            return self.value_and_grad(u, method)
-        except IntegrationError as exc:
-            logger.debug("trial point rejected: %s", exc)
-            return np.inf, np.full(u.size, np.nan)
-
-
-class ExperimentsObjective:
+class ExperimentsObjective(_Objective):
     """The sum of several experiments' costs with shared parameters.
 
     The unknowns are ``z = [x0_1[free], ..., x0_K[free], theta[fitted]]``; the residual is
@@ -484,51 +463,6 @@ class ExperimentsObjective:
 
     def _part_u(self, u, k):
         return np.concatenate([u[self.x0_slices[k]], u[self.n_x0:]])
-
-    def to_u(self, z):
-        """Optimiser variables from the unknowns (see :meth:`LeastSquaresObjective.to_u`).
-
-        Parameters
-        ----------
-        z : array-like of shape (n_unknowns,)
-            ``[x0_1[free], ..., x0_K[free], theta[fitted]]``.
-
-        Returns
-        -------
-        ndarray of shape (n_unknowns,)
-            Optimiser variables.
-        """
-        return _to_u(z, self.scale, self.log_mask, self.theta_fixed)
-
-    def to_z(self, u):
-        """The unknowns from the optimiser variables.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        ndarray of shape (n_unknowns,)
-            The unknowns.
-        """
-        return _to_z(u, self.scale, self.log_mask)
-
-    def dz_du(self, u):
-        """Diagonal of ``dz/du``.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        ndarray of shape (n_unknowns,)
-            The diagonal.
-        """
-        return _dz_du(u, self.scale, self.log_mask)
 
     def split(self, z):
         """Every experiment's initial state, and theta.
@@ -603,22 +537,6 @@ class ExperimentsObjective:
         r = self._stack_rows(pieces)
         return np.full(r.size, np.nan) if np.any(np.isnan(r)) else r
 
-    def cost(self, u):
-        """The total cost at ``u``.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        float
-            ``L = 1/2 ||r||^2``.
-        """
-        r = self.residual(u)
-        return 0.5 * float(r @ r)
-
     def _columns(self, k):
         return np.r_[np.arange(self.x0_slices[k].start, self.x0_slices[k].stop),
                      self.n_x0 + np.arange(self.scale.size - self.n_x0)]
@@ -650,21 +568,6 @@ class ExperimentsObjective:
         extra = self._place([b[p.Y.size:] for p, b in zip(self.parts, blocks)])
         return np.vstack([data, extra])
 
-    def jacobian(self, u):
-        """Jacobian of the residual in the optimiser variables.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-
-        Returns
-        -------
-        ndarray of shape (n_residuals, n_unknowns)
-            ``dr/du``.
-        """
-        return self.jacobian_z(u) * self.dz_du(u)[None, :]
-
     def value_and_grad(self, u, method="adjoint"):
         """The total cost and its gradient in the optimiser variables.
 
@@ -688,30 +591,6 @@ class ExperimentsObjective:
             total += value
             grad[self._columns(k)] += g
         return total, grad
-
-    def safe_value_and_grad(self, u, method="adjoint"):
-        """As :meth:`value_and_grad`, with an infinite cost where an ODE blows up.
-
-        Parameters
-        ----------
-        u : ndarray of shape (n_unknowns,)
-            Optimiser variables.
-        method : {"adjoint", "forward"}, default="adjoint"
-            As for :meth:`LeastSquaresObjective.value_and_grad`.
-
-        Returns
-        -------
-        L : float
-            The cost, or inf.
-        grad : ndarray of shape (n_unknowns,)
-            ``dL/du``, or NaN.
-        """
-        try:
-            return self.value_and_grad(u, method)
-        except IntegrationError as exc:
-            logger.debug("trial point rejected: %s", exc)
-            return np.inf, np.full(u.size, np.nan)
-
 
 # ------------------------------------------------------------------ posing the cost
 def observation_sigma(Y, sigma, noise_kind):

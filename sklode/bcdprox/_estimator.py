@@ -13,12 +13,10 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     experiment_on_data_grid,
-    hold_fixed,
     release_fixed,
     standard_errors,
     warn_not_converged,
 )
-from .._validation import bounds_with_positivity
 from ._solver import bcd_prox_solve
 from .multistep import ab_integrate
 
@@ -234,9 +232,7 @@ class BCDProxODE(ODEEstimator):
         experiment = experiment_on_data_grid(data, type(self).__name__)
         model = self.model
         known_x0 = np.where(experiment.estimate_x0, np.nan, experiment.x0)
-        fit_model, theta0, bounds, _ = hold_fixed(
-            model, self.fixed, self._initial_theta(),
-            bounds_with_positivity(self.bounds, self.positive, model))
+        fit_model, theta0, bounds = self._bounded_theta_problem()
 
         res = bcd_prox_solve(
             fit_model, experiment.t, experiment.Y, theta0, lam=self.lam, order=self.order,

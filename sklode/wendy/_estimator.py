@@ -12,7 +12,6 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     experiment_on_data_grid,
-    hold_fixed,
     is_linear_on_data,
     release_fixed,
     standard_errors,
@@ -24,7 +23,6 @@ from .._initial_state import (
     shooting_window,
     smoothed_x0,
 )
-from .._validation import bounds_with_positivity
 from ._irls import wendy_solve
 from ._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
@@ -235,10 +233,8 @@ class WENDyODE(ODEEstimator):
         """
         data = self._validate_data(t, Y)
         experiment = experiment_on_data_grid(data, type(self).__name__)
-        model, t, U = self.model, experiment.t, experiment.Y
-        fit_model, theta0, bounds, _ = hold_fixed(
-            model, self.fixed, self._initial_theta(),
-            bounds_with_positivity(self.bounds, self.positive, model))
+        t, U = experiment.t, experiment.Y
+        fit_model, theta0, bounds = self._bounded_theta_problem()
 
         res = wendy_solve(fit_model, t, U, theta0, linear=is_linear_on_data(fit_model, t, U),
                           alpha=self.alpha, tol=self.tol, max_iter=self.max_iter,
