@@ -40,8 +40,8 @@ from .integrate import INTEGRATORS, simulate
 from .models import check_model
 from .models._base import HeldParameters
 
-__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "experiment_on_data_grid", "hold_fixed",
-           "is_linear_on_data", "release_fixed", "require_complete", "require_observed",
+__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "require_t0_at_first_time", "hold_fixed",
+           "is_linear_on_data", "release_fixed", "require_observed",
            "standard_errors", "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
@@ -57,6 +57,7 @@ COMMON_CONSTRAINTS = {
     "observed": ["array-like", None],
     "fixed": [dict, None],
     "bounds": [tuple, list, None],
+    "x0_bounds": [tuple, list, None],
     "positive": ["boolean", "array-like"],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -281,60 +282,40 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                                 self.theta_ + z * self.theta_stderr_])
 
 
-def require_observed(data, estimator_name):
+def require_observed(data, estimator_name, why):
     """Raise a ValueError when some state is never observed and the method needs them all.
 
     Parameters
     ----------
     data : ExperimentData
     estimator_name : str
+    why : str
+        Why the method needs every state, for the message.
     """
     if data.hidden:
         raise ValueError(
-            f"{estimator_name} needs every state observed, but observed={data.observed} "
-            f"leaves states {data.hidden} hidden. Use AdjointODE, which fits hidden "
-            "states, or observe every state.")
+            f"{estimator_name} needs every state observed ({why}), but observed="
+            f"{data.observed} leaves states {data.hidden} hidden. Use AdjointODE or "
+            "BCDProxODE, which fit hidden states, or observe every state.")
 
 
-def require_complete(data, estimator_name):
-    """Raise a ValueError when ``Y`` has missing entries (NaN) and the method cannot skip them.
+def require_t0_at_first_time(data, estimator_name):
+    """Raise a ValueError when an experiment's ``t0`` is before its first observation: the
+    methods on the data grid (BCD-prox, WENDy) place the initial state at that time.
 
     Parameters
     ----------
     data : ExperimentData
     estimator_name : str
+        For the message.
     """
     for k, experiment in enumerate(data.experiments):
-        if not experiment.complete:
+        if experiment.t0 != experiment.t[0]:
             where = f" of experiment {k}" if data.several else ""
             raise ValueError(
-                f"Y{where} has {int((~experiment.mask).sum())} missing value(s) (NaN), which "
-                f"{estimator_name} does not handle in this version: drop the rows with "
-                "missing values or fill them in before fitting.")
-
-
-def experiment_on_data_grid(data, estimator_name):
-    """The one experiment a method on the data grid (BCD-prox, WENDy) takes in this version:
-    every state observed, no missing value, the initial state at the first observation time.
-
-    Parameters
-    ----------
-    data : ExperimentData
-    estimator_name : str
-        For the messages.
-
-    Returns
-    -------
-    Experiment
-    """
-    require_observed(data, estimator_name)
-    require_complete(data, estimator_name)
-    experiment = data.only_experiment(estimator_name)
-    if experiment.t0 != experiment.t[0]:
-        raise ValueError(f"{estimator_name} places the initial state at the first observation "
-                         f"time {experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, "
-                         "or use AdjointODE, which integrates from any t0.")
-    return experiment
+                f"{estimator_name} places the initial state at the first observation time"
+                f"{where}, {experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, or "
+                "use AdjointODE, which integrates from any t0.")
 
 
 def hold_fixed(model, fixed, theta0, bounds):

@@ -124,10 +124,9 @@ def shooting_window(t, U, x0, sigma, radius):
     return min(t.size, max(n_win, first_move + _WINDOW_MIN_SAMPLES))
 
 
-def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA",
-                        rtol=SHOOT_RTOL):
-    """Least-squares initial state at ``t[0]`` with ``theta`` held (trust region, batched
-    differences).
+def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=None,
+                        bounds=None, integrator="LSODA", rtol=SHOOT_RTOL):
+    """Least-squares initial state with ``theta`` held (trust region, batched differences).
 
     Every trial state ``z`` integrates the batch ``[z, z + h e_1, ...]`` as one system: its
     residual and the forward-difference Jacobian the trust region asks for next come from
@@ -137,20 +136,27 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
     error); at most ``_SHOOT_MAX_EVALUATIONS`` trial states are tried. Trial states that blow
     up get a huge residual. When the start itself blows up (logistic growth from 0.01 at 10 %
     noise smooths to a negative x0, and a constant penalty has no gradient to leave it), the
-    start is the data's mean over the last 5 samples integrated back to ``t[0]``.
+    start is the data's mean over the last 5 samples integrated back to ``t[0]`` (every state
+    observed only).
 
     Parameters
     ----------
     model : ODEModel
     theta : ndarray of shape (n_params,)
     t : ndarray of shape (n_times,)
-        Increasing times; the initial state is at ``t[0]``.
-    Y : ndarray of shape (n_times, n_states)
-        Observations of every state.
+        Increasing observation times.
+    Y : ndarray of shape (n_times, n_observed)
+        Observations of the states ``observed``, NaN where missing.
     x0 : ndarray of shape (n_states,)
         The start; components outside ``free`` are held at their value.
     free : ndarray of bool of shape (n_states,), optional
         Components to fit (default: all).
+    observed : sequence of int, optional
+        The state of each column of ``Y`` (default: every state, in order).
+    t0 : float, optional
+        Time of the initial state, at or before ``t[0]`` (default: ``t[0]``).
+    bounds : (ndarray, ndarray), optional
+        Lower and upper bounds of shape ``(n_states,)`` on the initial state.
     integrator : str, default="LSODA"
     rtol : float, default=SHOOT_RTOL
 
@@ -167,31 +173,41 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
     # Differences, not the exact sensitivity Jacobian: with the exact one the trust region
     # needed ~300 solves (up to 54 s) on Hindmarsh-Rose at 20 % noise where differences need
     # ~20 (the differences smooth over the integrator's own error).
-    n_states = Y.shape[1]
+    n_states = model.n_states
+    x0 = np.asarray(x0, dtype=np.float64)
+    observed = np.arange(n_states) if observed is None else np.asarray(observed, dtype=int)
+    t0 = float(t[0]) if t0 is None else float(t0)
+    at_t0 = t0 == t[0]  # the first row of the trajectory is the initial state itself
+    seen = np.isfinite(Y)
+    Y_seen = Y[seen]
     free = np.ones(n_states, dtype=bool) if free is None else np.asarray(free, dtype=bool)
     n_free = int(free.sum())
     stderr = np.zeros(n_states)
     if n_free == 0:
         return x0.copy(), stderr
+    box = (-np.inf, np.inf) if bounds is None else (bounds[0][free], bounds[1][free])
 
     def full(Z):  # free components -> whole states, shape (n_batch, n_states)
         X0 = np.broadcast_to(x0, (Z.shape[0], n_states)).copy()
         X0[:, free] = Z
         return X0
 
-    def trajectories(Z):  # (n_batch, n_free) -> (n_batch, n_times, n_states)
+    def trajectories(Z):  # (n_batch, n_free) -> observed entries, (n_batch, n_seen)
         X0 = full(Z)
-        sol = solve(model, theta, X0, (t[0], t[-1]), t_eval=t[1:], integrator=integrator,
+        t_eval = t[1:] if at_t0 else t
+        sol = solve(model, theta, X0, (t0, t[-1]), t_eval=t_eval, integrator=integrator,
                     rtol=rtol, atol=1e-3 * rtol)
         X = sol.y.reshape(Z.shape[0], n_states, -1).transpose(0, 2, 1)
-        return np.concatenate([X0[:, None, :], X], axis=1)
+        if at_t0:
+            X = np.concatenate([X0[:, None, :], X], axis=1)
+        return X[:, :, observed][:, seen]
 
     def with_differences(z, sign=1.0):
         """Trajectory from ``z`` and its forward (``sign=-1``: backward) differences, one
         batched solve (a batch costs little more than one solve for small models)."""
         h = sign * _FD_STEP * np.maximum(1.0, np.abs(z))
         X = trajectories(np.vstack([z, z + np.diag(h)]))
-        return X[0], ((X[1:] - X[0]) / h[:, None, None]).reshape(n_free, -1).T
+        return X[0], ((X[1:] - X[0]) / h[:, None]).T
 
     # The trust region asks for the Jacobian at every accepted state right after its
     # residual: keeping the residual's differences halves the solves (FitzHugh-Nagumo: 12.6
@@ -204,11 +220,11 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
         except IntegrationError:
             cache.clear()  # the Jacobian, if asked for, is formed on its own below
             try:
-                return (trajectories(z[None])[0] - Y).ravel()
+                return trajectories(z[None])[0] - Y_seen
             except IntegrationError:  # steer away from initial states that blow up
-                return np.full(Y.size, _BLOWN_UP)
+                return np.full(Y_seen.size, _BLOWN_UP)
         cache.update(z=z.copy(), jac=jac)
-        return (X0 - Y).ravel()
+        return X0 - Y_seen
 
     def jacobian(z):
         if "z" in cache and np.array_equal(cache["z"], z):
@@ -218,12 +234,14 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
                 return with_differences(z, sign)[1]
             except IntegrationError:
                 continue
-        return np.zeros((Y.size, n_free))  # no direction integrates: the loop stops here
+        return np.zeros((Y_seen.size, n_free))  # no direction integrates: the loop stops
 
     def integrated_back():  # only computed when the given start fails (a solve)
+        if observed.size != n_states or not seen.all():
+            return None
         tail = slice(max(0, t.size - 5), t.size)
         try:
-            back = simulate(model, theta, Y[tail].mean(axis=0), [t[0]],
+            back = simulate(model, theta, Y[tail][:, np.argsort(observed)].mean(axis=0), [t0],
                             t0=float(t[tail].mean()), rtol=1e-6, atol=1e-9)[0]
         except IntegrationError:
             return None
@@ -233,13 +251,14 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, integrator="LSODA"
         start = make_start()
         if start is None:
             continue
+        start = np.clip(start, *box)
         if np.max(np.abs(residual(start))) < _BLOWN_UP:
-            # The final cost is about Y.size noise variances: this ftol stops at a change of
-            # under 1 % of one.
-            res = least_squares(residual, start, jac=jacobian, x_scale="jac",
-                                ftol=_SHOOT_FTOL_PER_SAMPLE / Y.size,
+            # The final cost is about Y_seen.size noise variances: this ftol stops at a
+            # change of under 1 % of one.
+            res = least_squares(residual, start, jac=jacobian, x_scale="jac", bounds=box,
+                                ftol=_SHOOT_FTOL_PER_SAMPLE / Y_seen.size,
                                 max_nfev=_SHOOT_MAX_EVALUATIONS)
-            dof = max(Y.size - n_free, 1)
+            dof = max(Y_seen.size - n_free, 1)
             cov = 2.0 * res.cost / dof * np.linalg.pinv(res.jac.T @ res.jac)
             stderr[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
             return full(res.x[None])[0], stderr

@@ -109,26 +109,6 @@ class ExperimentData:
         """Indices of the states that are never observed."""
         return tuple(i for i in range(self.n_states) if i not in self.observed)
 
-    def only_experiment(self, estimator_name):
-        """The single experiment, or a ValueError for a method that takes only one.
-
-        Parameters
-        ----------
-        estimator_name : str
-            For the message.
-
-        Returns
-        -------
-        Experiment
-        """
-        if self.n_experiments != 1:
-            raise ValueError(
-                f"{estimator_name} fits one experiment at a time in this version; got "
-                f"{self.n_experiments}. Fit each experiment separately, or pass a single "
-                "time vector and its observations."
-            )
-        return self.experiments[0]
-
 
 def _feature_names(t):
     columns = getattr(t, "columns", None)

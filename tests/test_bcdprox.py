@@ -104,8 +104,8 @@ def test_linear_theta_step_is_exact_on_an_ab_trajectory():
     X = ab_integrate(lambda s, x: model.f(s, x, theta), [5.0, 3.0], t, 3)
     grid = fid.Grid.build(t, 3)
     # E(X, theta) = 0 exactly, so least squares returns theta to rounding.
-    assert_allclose(fid.theta_step_linear(model, grid, X), theta, rtol=1e-9)
-    assert_allclose(fid.theta_step_nonlinear(model, grid, X, theta + 0.5), theta, rtol=1e-8)
+    assert_allclose(fid.theta_step_linear(model, [grid], [X]), theta, rtol=1e-9)
+    assert_allclose(fid.theta_step_nonlinear(model, [grid], [X], theta + 0.5), theta, rtol=1e-8)
 
 
 def test_x_step_decreases_the_proximal_objective(rossler_noisy):

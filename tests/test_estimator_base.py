@@ -14,7 +14,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import get_tags
 
-from sklode._estimator import ODEEstimator, require_complete, warn_not_converged
+from sklode._estimator import ODEEstimator, warn_not_converged
 from sklode.datasets import make_trajectory
 from sklode.exceptions import ConvergenceWarning, IntegrationError
 from sklode.models import LotkaVolterra
@@ -41,8 +41,9 @@ class ShootingODE(ODEEstimator):
 
     def fit(self, t, Y):
         data = self._validate_data(t, Y)
-        require_complete(data, "ShootingODE")
-        experiment = data.only_experiment("ShootingODE")
+        (experiment,) = data.experiments  # one experiment, complete
+        if not experiment.complete:
+            raise ValueError("ShootingODE takes no missing values.")
         t, Y = experiment.t, experiment.Y
         theta0 = self.model.theta_guess() if self.theta0 is None else np.asarray(self.theta0)
         res = least_squares_fit(self.model, t, Y, theta0, Y[0], max_nfev=self.max_nfev)

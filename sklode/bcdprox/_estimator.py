@@ -12,12 +12,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
-    experiment_on_data_grid,
+    estimated_x0_mask,
+    initial_times,
     release_fixed,
+    require_t0_at_first_time,
     standard_errors,
     warn_not_converged,
 )
+from .._validation import check_bounds
 from ._solver import bcd_prox_solve
+from ._start import observed_entries, start_states
 from .multistep import ab_integrate
 
 __all__ = ["BCDProxODE"]
@@ -26,8 +30,8 @@ __all__ = ["BCDProxODE"]
 class BCDProxODE(ODEEstimator):
     """Block-coordinate-descent proximal filtering and parameter estimation (BCD-prox).
 
-    Fits the parameters ``theta`` and a filtered state trajectory ``X*`` to fully observed
-    noisy states ``Y`` by alternating, from ``X*(0) = Y``,
+    Fits the parameters ``theta`` and a filtered state trajectory ``X*`` to noisy states
+    ``Y`` by alternating, from ``X*(0) = Y``,
 
     .. math::
 
@@ -38,27 +42,36 @@ class BCDProxODE(ODEEstimator):
     residual of an explicit ``order``-step Adams-Bashforth scheme on the data grid (any grid:
     the coefficients are computed for the actual steps, with the paper's order ramp).
 
+    Real data beyond the paper: several experiments share ``theta`` (one ``X*`` block per
+    experiment, the theta-step stacks them); a missing entry (NaN) starts from linear
+    interpolation of its state's observations and is then filtered like any other; a
+    hidden state starts from its guess in ``x0``, integrated with ``theta0`` while the
+    observed states follow the data, and a first stage holds the observations at the data
+    while theta and the hidden states move, before the paper's iteration filters every
+    entry (see :func:`~sklode.bcdprox.bcd_prox_solve`).
+
     Parameters
     ----------
     model : ODEModel
-        The vector field. Every state must be observed (``Y`` has ``model.n_states``
-        columns).
+        The vector field.
     theta0 : array-like of shape (n_params,), default=None
         Initial parameter guess (``None``: ``model.default_theta``). Models linear in theta
         get an exact first theta-step that does not depend on it; change it for models that
         are not.
-    x0 : array-like of shape (n_states,), default=None
-        Initial state at the first observation time. Where it is known
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
+        Initial state at the first observation time (of each experiment). Where it is known
         (``estimate_x0=False``, or False in its mask) that row of ``X*`` is held at this
-        value; a guess is not needed, the data start the filter.
-    t0 : float, default=None
+        value; for a hidden state it is the guess its start is integrated from (required);
+        otherwise not needed, the data start the filter (NaN: no guess).
+    t0 : float or array-like of shape (n_experiments,), default=None
         Time of ``x0``; must be the first observation time (the filter lives on the data
-        grid). None: the first observation time.
+        grid). None: the first observation time of each experiment.
     estimate_x0 : bool or array-like of bool of shape (n_states,), default=True
         Which components of the initial state are estimated (filtered) rather than known.
     observed : sequence of int or str, default=None
-        Which states ``Y``'s columns hold, as indices or state names; all of them must be
-        there. None: every state, in order.
+        Which states ``Y``'s columns hold, as indices or state names; the others are hidden
+        (carried in ``X*`` with no data, started from their guess in ``x0``). None: every
+        state, in order.
     fixed : dict, default=None
         Parameters held at given values while the others are fitted, by name, e.g.
         ``{"c": 4.0}``: the theta-steps fit the others (the model stays affine in them);
@@ -70,6 +83,10 @@ class BCDProxODE(ODEEstimator):
     positive : bool or array-like of bool of shape (n_params,), default=False
         Keep these parameters non-negative, as a lower bound of 0 (the theta-step is a linear
         least squares, which a log scale would make nonlinear).
+    x0_bounds : (array-like, array-like), default=None
+        Lower and upper bounds on the initial state (scalars or one per state, ``±inf``
+        allowed), e.g. ``(0, N)``: the first row of ``X*`` is projected onto them after
+        every X-step.
     lam : float, default=1.0
         Proximal weight λ (an inverse step size). Larger values only cost iterations;
         ``lam=0`` is allowed and, as the paper reports, stops almost at once with a poor fit.
@@ -114,16 +131,17 @@ class BCDProxODE(ODEEstimator):
         states, not counting the states' own uncertainty.
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
-    states_ : ndarray of shape (n_samples, n_states)
-        Filtered states ``X*`` at the (sorted) training times.
-    x0_ : ndarray of shape (n_states,)
-        ``X*`` at the first training time.
-    x0_stderr_ : ndarray of shape (n_states,)
+    states_ : ndarray of shape (n_samples, n_states), or a list of them
+        Filtered states ``X*`` at the (sorted) training times, hidden states included; one
+        array per experiment when ``fit`` received several.
+    x0_ : ndarray of shape (n_states,) or (n_experiments, n_states)
+        ``X*`` at the first training time (of each experiment).
+    x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
         Zero for known components; NaN for filtered ones (the method gives no covariance of
         its states).
-    t0_ : float
-        The first training time.
-    predicted_states_ : ndarray of shape (n_samples, n_states)
+    t0_ : float or ndarray of shape (n_experiments,)
+        The first training time (of each experiment).
+    predicted_states_ : ndarray of shape (n_samples, n_states), or a list of them
         The Adams-Bashforth recursion from ``x0_`` with ``theta_`` on the training grid (the
         paper's X̂; ``predict`` instead integrates the ODE accurately).
     fidelity_history_ : list of float
@@ -183,7 +201,8 @@ class BCDProxODE(ODEEstimator):
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
-                 observed=None, fixed=None, bounds=None, positive=False, lam=1.0, order=3,
+                 observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
+                 lam=1.0, order=3,
                  optimizer="gauss-newton", acceleration="anderson", anderson_memory=20,
                  stop="relative", tol=1e-6, max_iter=5000, integrator="LSODA", rtol=1e-8,
                  atol=1e-10, verbose=0):
@@ -196,6 +215,7 @@ class BCDProxODE(ODEEstimator):
         self.fixed = fixed
         self.bounds = bounds
         self.positive = positive
+        self.x0_bounds = x0_bounds
         self.lam = lam
         self.order = order
         self.optimizer = optimizer
@@ -218,10 +238,12 @@ class BCDProxODE(ODEEstimator):
 
         Parameters
         ----------
-        t : array-like of shape (n_samples,) or (n_samples, 1)
-            Observation times, strictly increasing once sorted (any order is accepted).
-        Y : array-like of shape (n_samples, n_states)
-            Noisy observations of every state, one row per time.
+        t : array-like of shape (n_samples,) or (n_samples, 1), or a list of them
+            Observation times, strictly increasing once sorted (any order is accepted); a
+            list or tuple means several experiments.
+        Y : array-like of shape (n_samples, n_observed), or a list of them
+            Noisy observations of the observed states, one row per time, NaN where
+            missing; one array per experiment.
 
         Returns
         -------
@@ -229,23 +251,35 @@ class BCDProxODE(ODEEstimator):
             The fitted estimator.
         """
         data = self._validate_data(t, Y)
-        experiment = experiment_on_data_grid(data, type(self).__name__)
+        name = type(self).__name__
+        require_t0_at_first_time(data, name)
         model = self.model
-        known_x0 = np.where(experiment.estimate_x0, np.nan, experiment.x0)
         fit_model, theta0, bounds = self._bounded_theta_problem()
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        starts = [start_states(fit_model, theta0, e, data.observed, name)
+                  for e in data.experiments]
 
+        data_held = None
+        if any(np.isnan(e.Y).all(axis=0).any() for e in data.experiments) or data.hidden:
+            data_held = [observed_entries(e, data.observed, model.n_states)
+                         for e in data.experiments]
         res = bcd_prox_solve(
-            fit_model, experiment.t, experiment.Y, theta0, lam=self.lam, order=self.order,
-            optimizer=self.optimizer, acceleration=self.acceleration,
-            anderson_memory=self.anderson_memory, stop=self.stop, tol=self.tol,
-            max_iter=self.max_iter, bounds=bounds, x0=known_x0, verbose=self.verbose)
+            fit_model, [e.t for e in data.experiments], starts, theta0,
+            held=[~e.estimate_x0 for e in data.experiments], data_held=data_held,
+            x0_bounds=x0_bounds,
+            lam=self.lam, order=self.order, optimizer=self.optimizer,
+            acceleration=self.acceleration, anderson_memory=self.anderson_memory,
+            stop=self.stop, tol=self.tol, max_iter=self.max_iter, bounds=bounds,
+            verbose=self.verbose)
 
         theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
-        x0 = res.states[0].copy()
-        with np.errstate(over="ignore", invalid="ignore"):
-            predicted = ab_integrate(lambda s, x: model.f(s, x, theta), x0, experiment.t,
-                                     self.order)
-        if not np.all(np.isfinite(predicted)):
+        x0s = np.array([X[0] for X in res.states])
+        predicted = []
+        for e, x0 in zip(data.experiments, x0s):
+            with np.errstate(over="ignore", invalid="ignore"):
+                predicted.append(ab_integrate(lambda s, x: model.f(s, x, theta), x0, e.t,
+                                              self.order))
+        if not all(np.all(np.isfinite(P)) for P in predicted):
             warnings.warn(
                 f"The explicit Adams-Bashforth recursion of order {self.order} from x0_ is "
                 "unstable on this time grid (large or very uneven steps), so "
@@ -257,11 +291,16 @@ class BCDProxODE(ODEEstimator):
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
                                f"{self.tol}), or use stop='relative' and "
                                "acceleration='anderson'.")
+
+        def per_experiment(values):
+            return list(values) if data.several else values[0]
+
+        estimated = estimated_x0_mask(data)
         return self._set_fitted(
             theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
-            states_=res.states, x0_=x0,
-            x0_stderr_=np.where(experiment.estimate_x0, np.nan, 0.0),
-            t0_=float(experiment.t[0]), predicted_states_=predicted,
+            states_=per_experiment(res.states), x0_=x0s if data.several else x0s[0],
+            x0_stderr_=np.where(estimated, np.nan, 0.0), t0_=initial_times(data),
+            predicted_states_=per_experiment(predicted),
             fidelity_history_=list(res.fidelity_history), n_iter_=res.n_iter,
             converged_=res.converged, stop_reason_=res.stop_reason, solver_=res.solver,
             **self._data_attributes(data))

@@ -328,19 +328,47 @@ def x_step(model, grid, anchor, theta, lam, max_inner=1, fixed=None):
     return X, float(np.sum(R * R))
 
 
-def theta_step_linear(model, grid, X, bounds=None):
-    """Exact ``argmin_theta E(X, theta)`` for a model affine in ``theta`` (linear least squares).
+def theta_step_linear(model, grids, Xs, bounds=None):
+    """Exact ``argmin_theta sum_e E(X_e, theta)`` for a model affine in ``theta`` (linear
+    least squares over the stacked residuals of every experiment ``e``).
 
     ``R = r0 - G theta`` with ``G_i = h_i sum_j B_ij F1(x_{i-j})``; with ``bounds`` the
     bounded linear least squares (scipy ``lsq_linear``, exact active-set BVLS).
+
+    Parameters
+    ----------
+    model : ODEModel
+    grids : sequence of Grid
+        One per experiment.
+    Xs : sequence of ndarray of shape (n_times_e, n_states)
+        The states of each experiment on its grid.
+    bounds : (ndarray, ndarray), optional
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
     """
-    f0, F1 = model.affine_split(grid.t[:-1], X[:-1], check=False)  # checked once per fit
-    G = (grid.h[:, None, None] * ab_combination(F1, grid.B)).reshape(-1, F1.shape[-1])
-    r0 = X[1:] - X[:-1] - grid.h[:, None] * ab_combination(f0, grid.B)
+    G_parts, r_parts = [], []
+    for grid, X in zip(grids, Xs):
+        f0, F1 = model.affine_split(grid.t[:-1], X[:-1], check=False)  # checked once per fit
+        G_parts.append((grid.h[:, None, None] * ab_combination(F1, grid.B))
+                       .reshape(-1, F1.shape[-1]))
+        r_parts.append((X[1:] - X[:-1] - grid.h[:, None] * ab_combination(f0, grid.B)).ravel())
+    G, r0 = np.vstack(G_parts), np.concatenate(r_parts)
     if bounds is not None:
-        return lsq_linear(G, r0.ravel(), bounds=bounds, method="bvls").x
-    theta, *_ = np.linalg.lstsq(G, r0.ravel(), rcond=None)
+        return lsq_linear(G, r0, bounds=bounds, method="bvls").x
+    theta, *_ = np.linalg.lstsq(G, r0, rcond=None)
     return theta
+
+
+def stacked_residual(model, grids, Xs, theta):
+    """The residuals of every experiment, flattened and concatenated."""
+    return np.concatenate([residual(model, g, X, theta).ravel() for g, X in zip(grids, Xs)])
+
+
+def stacked_theta_jacobian(model, grids, Xs, theta):
+    """:func:`theta_jacobian` of every experiment, stacked like :func:`stacked_residual`."""
+    return np.vstack([theta_jacobian(model, g, X, theta) for g, X in zip(grids, Xs)])
 
 
 def _ab_combination_transpose(R, grid):
@@ -353,46 +381,52 @@ def _ab_combination_transpose(R, grid):
     return c
 
 
-def theta_step_bounded(model, grid, X, theta, bounds, max_iter=20):
-    """``argmin_theta E(X, theta)`` within ``bounds`` for a model not affine in theta: scipy's
-    trust-region reflective least squares on ``R`` with the exact Jacobian
-    (:func:`theta_jacobian`), warm-started at ``theta`` (clipped into the box)."""
+def theta_step_bounded(model, grids, Xs, theta, bounds, max_iter=20):
+    """``argmin_theta sum_e E(X_e, theta)`` within ``bounds`` for a model not affine in theta:
+    scipy's trust-region reflective least squares on the stacked residuals with the exact
+    Jacobian (:func:`theta_jacobian`), warm-started at ``theta`` (clipped into the box)."""
     lo, hi = bounds
     start = np.clip(theta, lo, hi)
     with np.errstate(all="ignore"):
-        res = least_squares(lambda th: residual(model, grid, X, th).ravel(), start,
-                            jac=lambda th: -theta_jacobian(model, grid, X, th),
+        res = least_squares(lambda th: stacked_residual(model, grids, Xs, th), start,
+                            jac=lambda th: -stacked_theta_jacobian(model, grids, Xs, th),
                             bounds=bounds, method="trf", max_nfev=max_iter)
     return res.x
 
 
-def theta_step_nonlinear(model, grid, X, theta, max_iter=20, rtol=1e-10):
-    """``argmin_theta E(X, theta)`` by Gauss-Newton with step halving, warm-started.
+def theta_step_nonlinear(model, grids, Xs, theta, max_iter=20, rtol=1e-10):
+    """``argmin_theta sum_e E(X_e, theta)`` by Gauss-Newton with step halving, warm-started.
 
-    The gradient ``(dR/dtheta)^T R`` is exact (one reverse pass through ``f``); the
-    Gauss-Newton matrix uses forward differences of ``R`` in each parameter, which only
-    affects the step length, not the stationary point (measured 2x cheaper per step than
-    exact per-point parameter Jacobians for the paper's small models).
+    The gradient ``(dR/dtheta)^T R`` is exact (one reverse pass through ``f`` per
+    experiment); the Gauss-Newton matrix uses forward differences of ``R`` in each
+    parameter, which only affects the step length, not the stationary point (measured 2x
+    cheaper per step than exact per-point parameter Jacobians for the paper's small models).
     """
-    R = residual(model, grid, X, theta)
+    R = stacked_residual(model, grids, Xs, theta)
     E = float(np.sum(R * R))
     for _ in range(max_iter):
         # dR/dtheta = -h sum_j B_ij f_theta(x_{i-j}): its transpose applied to R via one VJP.
-        _, minus_grad = model.vjp(grid.t[:-1], X[:-1], theta, _ab_combination_transpose(R, grid))
+        minus_grad = np.zeros_like(theta)
+        offset = 0
+        for grid, X in zip(grids, Xs):
+            Re = R[offset: offset + (X.shape[0] - 1) * X.shape[1]].reshape(-1, X.shape[1])
+            offset += Re.size
+            minus_grad += model.vjp(grid.t[:-1], X[:-1], theta,
+                                    _ab_combination_transpose(Re, grid))[1]
         steps = 1e-7 * (1.0 + np.abs(theta))
         G = np.empty((R.size, theta.size))  # -dR/dtheta, by forward differences
         for k in range(theta.size):
             shifted = theta.copy()
             shifted[k] += steps[k]
             with np.errstate(all="ignore"):
-                G[:, k] = (R - residual(model, grid, X, shifted)).ravel() / steps[k]
+                G[:, k] = (R - stacked_residual(model, grids, Xs, shifted)) / steps[k]
         if not np.all(np.isfinite(G)):
-            G = theta_jacobian(model, grid, X, theta)
+            G = stacked_theta_jacobian(model, grids, Xs, theta)
         step = np.linalg.lstsq(G.T @ G, minus_grad, rcond=None)[0]
         for _halving in range(30):
             theta_try = theta + step
             with np.errstate(all="ignore"):
-                R_try = residual(model, grid, X, theta_try)
+                R_try = stacked_residual(model, grids, Xs, theta_try)
             E_try = float(np.sum(R_try * R_try))
             if np.isfinite(E_try) and E_try <= E:
                 break

@@ -39,12 +39,13 @@ class BCDProxResult:
     ----------
     theta : ndarray of shape (n_params,)
         Estimated parameters.
-    states : ndarray of shape (n_times, n_states)
-        The filtered states ``X*``, a true image of the outer map (never an extrapolation).
+    states : list of ndarray of shape (n_times_e, n_states)
+        The filtered states ``X*`` of each experiment, a true image of the outer map (never
+        an extrapolation).
     theta_cov : ndarray of shape (n_params, n_params)
         Gauss-Newton covariance of the last theta-step, given ``X*``.
     fidelity_history : list of float
-        ``E`` after each outer iteration.
+        ``E`` (summed over experiments) after each outer iteration.
     n_iter : int
         Outer iterations run.
     converged : bool
@@ -56,7 +57,7 @@ class BCDProxResult:
     """
 
     theta: np.ndarray
-    states: np.ndarray
+    states: list
     theta_cov: np.ndarray
     fidelity_history: list
     n_iter: int
@@ -66,23 +67,26 @@ class BCDProxResult:
 
 
 # ------------------------------------------------------------------ the two block updates
-def _gauss_newton_theta_step(model, grid, X, theta, linear, bounds, first):
+def _gauss_newton_theta_step(model, grids, Xs, theta, linear, bounds, first):
     if linear:
-        return fid.theta_step_linear(model, grid, X, bounds)
+        return fid.theta_step_linear(model, grids, Xs, bounds)
     # Nonlinear theta: Gauss-Newton to convergence from theta0 at the first iteration, then
     # warm-started single steps (the outer loop iterates anyway, and its fixed points are the
     # same: a Gauss-Newton fixed point is a stationary point of E(X, .)).
     max_iter = 50 if first else 1
     if bounds is not None:
-        return fid.theta_step_bounded(model, grid, X, theta, bounds, max_iter=max_iter)
-    return fid.theta_step_nonlinear(model, grid, X, theta, max_iter=max_iter)
+        return fid.theta_step_bounded(model, grids, Xs, theta, bounds, max_iter=max_iter)
+    return fid.theta_step_nonlinear(model, grids, Xs, theta, max_iter=max_iter)
 
 
-def _lbfgs_theta_step(model, grid, X, theta, bounds):
-    """The paper's theta-step: L-BFGS on E(X, .) with exact gradients."""
+def _lbfgs_theta_step(model, grids, Xs, theta, bounds):
+    """The paper's theta-step: L-BFGS on sum_e E(X_e, .) with exact gradients."""
     def fun(th):
-        E, _, dtheta = fid.fidelity_gradients(model, grid, X, th)
-        return E, dtheta
+        E, grad = 0.0, np.zeros_like(th)
+        for grid, X in zip(grids, Xs):
+            Ee, _, dtheta = fid.fidelity_gradients(model, grid, X, th)
+            E, grad = E + Ee, grad + dtheta
+        return E, grad
 
     box = None if bounds is None else list(zip(*bounds))
     start = theta if bounds is None else np.clip(theta, *bounds)
@@ -111,32 +115,57 @@ def _lbfgs_x_step(model, grid, anchor, theta, lam, fixed):
     return X, fid.fidelity(model, grid, X, theta)
 
 
-def _theta_covariance(model, grid, X, theta):
+def _theta_covariance(model, grids, Xs, theta):
     """``s^2 (G^T G)^-1`` of the theta-step at ``X``, with ``s^2 = E / (n_residuals - p)``:
     the uncertainty of theta given the filtered states (not of the states themselves)."""
-    G = fid.theta_jacobian(model, grid, X, theta)
-    R = fid.residual(model, grid, X, theta)
+    G = fid.stacked_theta_jacobian(model, grids, Xs, theta)
+    R = fid.stacked_residual(model, grids, Xs, theta)
     dof = max(R.size - theta.size, 1)
     return float(np.sum(R * R)) / dof * np.linalg.pinv(G.T @ G)
 
 
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 # ------------------------------------------------------------------ the outer loop
-def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-newton",
-                   acceleration="anderson", anderson_memory=20, stop="relative", tol=1e-6,
-                   max_iter=5000, bounds=None, x0=None, verbose=0):
-    """Run BCD-prox: alternate the theta-step and the proximal X-step from ``X*(0) = Y``.
+def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_bounds=None,
+                   lam=1.0, order=3, optimizer="gauss-newton", acceleration="anderson",
+                   anderson_memory=20, stop="relative", tol=1e-6, max_iter=5000, bounds=None,
+                   verbose=0):
+    """Run BCD-prox: alternate the theta-step and the proximal X-step from ``X*(0)``.
+
+    Several experiments share theta: the theta-step stacks the residuals of all of them,
+    and the X-step, separable across experiments, solves one block per experiment.
+
+    With ``data_held`` (some state hidden) the iteration runs in two stages. The start of a
+    hidden state, integrated with ``theta0``, is consistent with ``theta0`` itself, so the
+    paper's iteration, free to move every entry, settles next to it: SEIRD with S and E
+    hidden kept alpha and beta 44 % and 36 % off, at theta0. The first stage therefore holds
+    the observations at the data while the hidden components and theta move (block
+    coordinate descent of the fidelity, the hidden components anchored by the proximal term
+    only), which lets the data decide theta; the second stage is the paper's iteration from
+    there, which filters the observed states too (SEIRD: alpha and beta within 3-4 %).
 
     Parameters
     ----------
     model : ODEModel
         The vector field.
-    t : ndarray of shape (n_times,)
+    t : ndarray of shape (n_times,), or a list of them (one per experiment)
         Strictly increasing times.
-    Y : ndarray of shape (n_times, n_states)
-        Observations of every state.
+    X_start : ndarray of shape (n_times, n_states), or a list of them
+        The start ``X*(0)`` of each experiment: the observations of every state (the
+        paper's), or what :func:`sklode.bcdprox._start.start_states` builds from partial
+        data.
     theta0 : ndarray of shape (n_params,)
         Only used as the warm start of nonlinear theta-steps (and by the L-BFGS-B path); the
         first theta-step of a linear model is exact and ignores it.
+    held : ndarray of bool of shape (n_states,) or (n_times, n_states), or a list of them
+        Entries of each experiment held at their value in ``X_start``: a vector marks the
+        components of the first row (a known initial state), a matrix any entry.
+    x0_bounds : (ndarray, ndarray), optional
+        Lower and upper bounds of shape ``(n_states,)`` on the first row of every
+        experiment: each X-step's result is projected onto them.
     lam : float, default=1.0
         Proximal weight.
     order : int, default=3
@@ -155,28 +184,53 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
         Maximum number of outer iterations.
     bounds : (ndarray, ndarray), optional
         Lower and upper bounds on theta, honoured by every theta-step.
-    x0 : ndarray of shape (n_states,), optional
-        Known values of the state at ``t[0]``, NaN where free: those entries of ``X*`` are
-        held at the given value.
     verbose : int, default=0
         See :class:`BCDProxODE`.
+    data_held : ndarray of bool of shape (n_times, n_states), or a list of them, optional
+        The observed entries of each experiment, held at their value in ``X_start`` during
+        a first stage (see above); None: one stage.
 
     Returns
     -------
     BCDProxResult
         Parameters, filtered states, history and why the loop stopped.
     """
-    grid = fid.Grid.build(t, order)
-    linear = is_linear_on_data(model, t, Y)
-    X = np.array(Y, dtype=np.float64)
-    fixed = np.zeros(0, dtype=int)
-    if x0 is not None and np.any(np.isfinite(x0)):
-        fixed = np.flatnonzero(np.isfinite(x0))  # row 0 of the row-major X
-        X[0, fixed] = x0[fixed]
+    if data_held is not None:
+        options = dict(x0_bounds=x0_bounds, lam=lam, order=order, optimizer=optimizer,
+                       acceleration=acceleration, anderson_memory=anderson_memory,
+                       stop=stop, tol=tol, max_iter=max_iter, bounds=bounds, verbose=verbose)
+        starts = _as_list(X_start)
+        rows = _as_list(np.zeros(starts[0].shape[1], bool) if held is None else held)
+        first_held = []
+        for k, entries in enumerate(_as_list(data_held)):
+            entries = np.array(entries, dtype=bool)
+            entries[0] |= np.asarray(rows[min(k, len(rows) - 1)], dtype=bool)
+            first_held.append(entries)
+        first = bcd_prox_solve(model, t, starts, theta0, held=first_held, **options)
+        second = bcd_prox_solve(model, t, first.states, first.theta, held=held, **options)
+        return BCDProxResult(
+            theta=second.theta, states=second.states, theta_cov=second.theta_cov,
+            fidelity_history=first.fidelity_history + second.fidelity_history,
+            n_iter=first.n_iter + second.n_iter,
+            converged=first.converged and second.converged,
+            stop_reason=second.stop_reason if first.converged
+            else f"first stage (observations held): {first.stop_reason}",
+            solver=second.solver + f", after a first stage with the observations held "
+                                   f"({first.n_iter} iterations)")
+    ts = [np.asarray(ti, dtype=np.float64) for ti in _as_list(t)]
+    Xs = [np.array(Xi, dtype=np.float64) for Xi in _as_list(X_start)]
+    n_states = Xs[0].shape[1]
+    helds = _as_list(np.zeros(n_states, bool) if held is None else held)
+    if len(helds) == 1 and len(Xs) > 1:
+        helds = helds * len(Xs)
+    grids = [fid.Grid.build(ti, order) for ti in ts]
+    # Flat (row-major) indices of the held entries: a 1-D mask is the first row.
+    fixed = [np.flatnonzero(np.asarray(h, dtype=bool)) for h in helds]
+    linear = is_linear_on_data(model, ts[0], Xs[0])
     theta = np.array(theta0, dtype=np.float64)
     with np.errstate(all="ignore"):  # the field at the data, where the first steps evaluate it
-        start = (fid.theta_jacobian(model, grid, X, theta) if linear
-                 else fid.residual(model, grid, X, theta))
+        start = (fid.stacked_theta_jacobian(model, grids, Xs, theta) if linear
+                 else fid.stacked_residual(model, grids, Xs, theta))
     if not np.all(np.isfinite(start)):
         raise DivergenceError(
             f"The vector field of {model!r} is not finite at the data (theta0={theta}): it "
@@ -186,17 +240,41 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
     # λ = 0: the X-step must minimise E itself (a manifold of minimisers), not take one step.
     inner = 50 if lam == 0 else 1
 
-    def outer_map(X_anchor, theta_prev, first):
-        if use_lbfgs:
-            th = _lbfgs_theta_step(model, grid, X_anchor, theta_prev, bounds)
-            X_new, E_new = _lbfgs_x_step(model, grid, X_anchor, th, lam, fixed)
-        else:
-            th = _gauss_newton_theta_step(model, grid, X_anchor, theta_prev, linear, bounds,
-                                          first)
-            X_new, E_new = fid.x_step(model, grid, X_anchor, th, lam, max_inner=inner,
-                                      fixed=fixed)
-        return th, X_new, E_new
+    def project(X):  # the initial-state bounds, on the first row
+        if x0_bounds is not None:
+            X[0] = np.clip(X[0], *x0_bounds)
+        return X
 
+    def outer_map(anchors, theta_prev, first):
+        if use_lbfgs:
+            th = _lbfgs_theta_step(model, grids, anchors, theta_prev, bounds)
+        else:
+            th = _gauss_newton_theta_step(model, grids, anchors, theta_prev, linear, bounds,
+                                          first)
+        images, E_total = [], 0.0
+        for grid, anchor, fixed_e in zip(grids, anchors, fixed):
+            if use_lbfgs:
+                X_new, E_e = _lbfgs_x_step(model, grid, anchor, th, lam, fixed_e)
+            else:
+                X_new, E_e = fid.x_step(model, grid, anchor, th, lam, max_inner=inner,
+                                        fixed=fixed_e)
+            if x0_bounds is not None:
+                X_new = project(X_new)
+                E_e = fid.fidelity(model, grid, X_new, th)
+            images.append(X_new)
+            E_total += E_e
+        return th, images, E_total
+
+    shapes = [X.shape for X in Xs]
+    splits = np.cumsum([X.size for X in Xs])[:-1]
+
+    def flat(arrays):
+        return np.concatenate([a.ravel() for a in arrays])
+
+    def unflat(v):
+        return [part.reshape(shape) for part, shape in zip(np.split(v, splits), shapes)]
+
+    Xs = [project(X) for X in Xs]
     history = []
     G_hist, F_hist = [], []  # Anderson: images G(x_k) and residuals G(x_k) - x_k
     converged, stop_reason = False, f"max_iter={max_iter} reached"
@@ -205,18 +283,19 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
     for n_iter in range(1, max_iter + 1):
         try:
             with np.errstate(all="ignore"):  # non-finite results are reported just below
-                theta_new, X_image, E_new = outer_map(X, theta, n_iter == 1)
+                theta_new, images, E_new = outer_map(Xs, theta, n_iter == 1)
         except np.linalg.LinAlgError:  # a step's least squares met non-finite numbers
-            theta_new, X_image, E_new = theta, X, np.nan
-        if not (np.isfinite(E_new) and np.all(np.isfinite(X_image))
+            theta_new, images, E_new = theta, Xs, np.nan
+        x_now, x_image = flat(Xs), flat(images)
+        if not (np.isfinite(E_new) and np.all(np.isfinite(x_image))
                 and np.all(np.isfinite(theta_new))):
             raise DivergenceError(
                 f"BCD-prox produced non-finite states or parameters at iteration {n_iter} "
                 f"(theta = {theta_new}). The initial guess theta0 may make the vector field "
                 "explode on this grid; try a closer theta0 or a larger lam.", n_iter=n_iter)
         history.append(E_new)
-        residual_fp = X_image - X
-        rel_step = float(np.linalg.norm(residual_fp) / max(np.linalg.norm(X_image), 1e-300))
+        residual_fp = x_image - x_now
+        rel_step = float(np.linalg.norm(residual_fp) / max(np.linalg.norm(x_image), 1e-300))
         rel_theta = float(np.linalg.norm(theta_new - theta)
                           / max(np.linalg.norm(theta_new), 1e-300))
         if verbose and (n_iter % max(1, 100 // verbose) == 0 or n_iter == 1):
@@ -232,25 +311,29 @@ def bcd_prox_solve(model, t, Y, theta0, *, lam=1.0, order=3, optimizer="gauss-ne
             reason = f"relative change of X* and theta below tol={tol:g}"
         theta, E_prev = theta_new, E_new
         if done:
-            X = X_image
+            Xs = images
             converged, stop_reason = True, reason
             break
         if acceleration == "anderson":
-            X = _anderson_update(X, X_image, residual_fp, G_hist, F_hist, anderson_memory)
+            Xs = unflat(_anderson_update(x_now, x_image, residual_fp, G_hist, F_hist,
+                                         anderson_memory))
         else:
-            X = X_image
+            Xs = images
     else:
-        X = X_image
+        Xs = images
     if use_lbfgs:
         solver = "L-BFGS-B on both blocks (the paper's)"
     else:
         step = ("linear least squares" if linear else "Gauss-Newton") + (
             " with bounds" if bounds is not None else "")
-        x_solve = ("banded Cholesky" if (order + 1) * Y.shape[1] <= fid._BANDED_MAX_WIDTH
+        x_solve = ("banded Cholesky" if (order + 1) * n_states <= fid._BANDED_MAX_WIDTH
                    else "sparse CG")
         solver = f"gauss-newton: theta-step {step}, X-step {x_solve}"
     solver += ", Anderson-accelerated" if acceleration == "anderson" else ", plain iteration"
-    return BCDProxResult(theta=theta, states=X, theta_cov=_theta_covariance(model, grid, X, theta),
+    if len(Xs) > 1:
+        solver += f", {len(Xs)} experiments"
+    return BCDProxResult(theta=theta, states=Xs,
+                         theta_cov=_theta_covariance(model, grids, Xs, theta),
                          fidelity_history=history, n_iter=n_iter, converged=converged,
                          stop_reason=stop_reason, solver=solver)
 

@@ -11,9 +11,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
-    experiment_on_data_grid,
+    initial_times,
     is_linear_on_data,
     release_fixed,
+    require_observed,
+    require_t0_at_first_time,
     standard_errors,
     warn_not_converged,
 )
@@ -23,6 +25,7 @@ from .._initial_state import (
     shooting_window,
     smoothed_x0,
 )
+from .._validation import check_bounds
 from ._irls import wendy_solve
 from ._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
@@ -44,19 +47,26 @@ class WENDyODE(ODEEstimator):
     errors depend on the noise through ``L(theta)``; WENDy solves it by iteratively
     reweighted least squares with covariance ``(1 - alpha) L L^T + alpha I``.
 
+    Several experiments share ``theta``: the weak-form rows of all of them are stacked, each
+    with its own test functions and noise estimate, and the residual covariance is block
+    diagonal (independent noise). A time with a missing entry (NaN) leaves that
+    experiment's grid; the quadrature handles the uneven spacing.
+
     Parameters
     ----------
     model : ODEModel
-        The vector field. Every state must be observed.
+        The vector field. Every state must be observed (the weak form integrates each
+        equation against the data).
     theta0 : array-like of shape (n_params,), default=None
         Starting point for models not linear in theta (linear ones start from the exact OLS
         solution and ignore it). ``None``: ``model.default_theta``.
-    x0 : array-like of shape (n_states,), default=None
-        Initial state at the first observation time: the known value where
-        ``estimate_x0`` is False, otherwise the start of the shooting (NaN or None: start
-        from the smoothed data). WENDy's parameter estimate does not use it.
-    t0 : float, default=None
-        Time of ``x0``; must be the first observation time. None: the first observation time.
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
+        Initial state at the first observation time (of each experiment): the known value
+        where ``estimate_x0`` is False, otherwise the start of the shooting (NaN or None:
+        start from the smoothed data). WENDy's parameter estimate does not use it.
+    t0 : float or array-like of shape (n_experiments,), default=None
+        Time of ``x0``; must be the first observation time. None: the first observation time
+        of each experiment.
     estimate_x0 : bool or array-like of bool of shape (n_states,), default=True
         Which components of the initial state ``x0_`` are fitted (by ``x0_method``) rather
         than known.
@@ -74,6 +84,10 @@ class WENDyODE(ODEEstimator):
     positive : bool or array-like of bool of shape (n_params,), default=False
         Keep these parameters non-negative, as a lower bound of 0 (the weak form is linear
         in theta, which a log scale would break).
+    x0_bounds : (array-like, array-like), default=None
+        Lower and upper bounds on the initial state (scalars or one per state, ``±inf``
+        allowed), honoured by the shooting (a bounded trust region) and the smoothing
+        (clipped).
     x0_method : {"shooting", "shooting_all", "smoothing"}, default="shooting"
         How the unknown components of ``x0_`` are obtained; WENDy itself does not estimate
         them. ``"shooting"``: least squares of the simulated trajectory against the data over
@@ -128,16 +142,17 @@ class WENDyODE(ODEEstimator):
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     sigma_ : ndarray of shape (n_states,)
-        Estimated noise standard deviation per state.
+        Estimated noise standard deviation per state (pooled over experiments, weighted
+        by their numbers of samples).
     theta_ols_ : ndarray of shape (n_params,)
         The ordinary least-squares start.
-    x0_ : ndarray of shape (n_states,)
-        Initial state at ``t0_``, for ``predict``.
-    x0_stderr_ : ndarray of shape (n_states,)
+    x0_ : ndarray of shape (n_states,) or (n_experiments, n_states)
+        Initial state at ``t0_`` (of each experiment), for ``predict``.
+    x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
         Standard errors of ``x0_`` given ``theta_`` (shooting); zero for known components,
         NaN for ``x0_method="smoothing"``.
-    t0_ : float
-        The first training time.
+    t0_ : float or ndarray of shape (n_experiments,)
+        The first training time (of each experiment).
     n_iter_ : int
         IRLS iterations run.
     converged_ : bool
@@ -147,9 +162,9 @@ class WENDyODE(ODEEstimator):
     solver_ : str
         Which path ran (linear or nonlinear IRLS, bias correction, bounds).
     n_test_functions_ : int
-        Number of orthonormal test functions used.
-    radii_ : list of float
-        Test-function radii used (time units).
+        Number of orthonormal test functions used (over every experiment).
+    radii_ : list of float, or a list of them
+        Test-function radii used (time units), per experiment when ``fit`` received several.
     observed_ : tuple of int
         Indices of the states ``Y``'s columns hold.
     n_features_in_ : int
@@ -186,7 +201,8 @@ class WENDyODE(ODEEstimator):
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
-                 observed=None, fixed=None, bounds=None, positive=False, x0_method="shooting",
+                 observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
+                 x0_method="shooting",
                  min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
                  alpha=1e-10, bias_correction=True, tol=1e-6, max_iter=100,
                  integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
@@ -199,6 +215,7 @@ class WENDyODE(ODEEstimator):
         self.fixed = fixed
         self.bounds = bounds
         self.positive = positive
+        self.x0_bounds = x0_bounds
         self.x0_method = x0_method
         self.min_radius = min_radius
         self.n_scales = n_scales
@@ -221,10 +238,12 @@ class WENDyODE(ODEEstimator):
 
         Parameters
         ----------
-        t : array-like of shape (n_samples,) or (n_samples, 1)
-            Observation times, any spacing (any order is accepted).
-        Y : array-like of shape (n_samples, n_states)
-            Noisy observations of every state, one row per time.
+        t : array-like of shape (n_samples,) or (n_samples, 1), or a list of them
+            Observation times, any spacing (any order is accepted); a list or tuple means
+            several experiments.
+        Y : array-like of shape (n_samples, n_states), or a list of them
+            Noisy observations of every state, one row per time; a time with a missing
+            entry (NaN) leaves the grid.
 
         Returns
         -------
@@ -232,42 +251,61 @@ class WENDyODE(ODEEstimator):
             The fitted estimator.
         """
         data = self._validate_data(t, Y)
-        experiment = experiment_on_data_grid(data, type(self).__name__)
-        t, U = experiment.t, experiment.Y
+        name = type(self).__name__
+        require_observed(data, name, "the weak form integrates every state's equation "
+                         "against the data")
+        require_t0_at_first_time(data, name)
+        grids = [complete_rows(e, k if data.several else None, name)
+                 for k, e in enumerate(data.experiments)]
+        ts, Us = [g[0] for g in grids], [g[1] for g in grids]
         fit_model, theta0, bounds = self._bounded_theta_problem()
 
-        res = wendy_solve(fit_model, t, U, theta0, linear=is_linear_on_data(fit_model, t, U),
+        res = wendy_solve(fit_model, ts, Us, theta0,
+                          linear=is_linear_on_data(fit_model, ts[0], Us[0]),
                           alpha=self.alpha, tol=self.tol, max_iter=self.max_iter,
                           min_radius=self.min_radius, n_scales=self.n_scales,
                           max_test_functions=self.max_test_functions, bounds=bounds,
                           bias_correction=self.bias_correction, verbose=self.verbose)
         theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
         theta_ols = release_fixed(fit_model, res.theta_ols, res.theta_cov)[0]
-        x0, x0_stderr = self._initial_state(experiment, theta, res)
+        x0_bounds = check_bounds(self.x0_bounds, self.model.n_states, self.model.state_names)
+        starts = [self._initial_state(e, tk, Uk, theta, sk, radii[0], x0_bounds)
+                  for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
+                                                   res.radii)]
+        x0s = np.array([x for x, _ in starts])
+        x0_stderrs = np.array([se for _, se in starts])
 
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
                                f"{self.tol}).")
+        several = data.several
         return self._set_fitted(
             theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
-            sigma_=res.sigma, theta_ols_=theta_ols, x0_=x0, x0_stderr_=x0_stderr, t0_=float(t[0]),
+            sigma_=res.sigma, theta_ols_=theta_ols, x0_=x0s if several else x0s[0],
+            x0_stderr_=x0_stderrs if several else x0_stderrs[0], t0_=initial_times(data),
             n_iter_=res.n_iter, converged_=res.converged, stop_reason_=res.stop_reason,
-            solver_=res.solver, n_test_functions_=res.n_test_functions,
-            radii_=list(res.radii), **self._data_attributes(data))
+            solver_=res.solver + (f", {data.n_experiments} experiments" if several else ""),
+            n_test_functions_=res.n_test_functions,
+            radii_=[list(r) for r in res.radii] if several else list(res.radii[0]),
+            **self._data_attributes(data))
 
-    def _initial_state(self, experiment, theta, res):
-        """``x0_`` and its standard errors: known components as given, the others by
-        ``x0_method`` from the smoothed data (or the given guess)."""
-        t, U, free = experiment.t, experiment.Y, experiment.estimate_x0
-        smooth = smoothed_x0(t, U, res.radii[0])
+    def _initial_state(self, experiment, t, U, theta, sigma, radius, x0_bounds):
+        """``x0`` of one experiment and its standard errors: known components as given, the
+        others by ``x0_method`` from the smoothed data (or the given guess), within
+        ``x0_bounds``."""
+        free = experiment.estimate_x0
+        smooth = smoothed_x0(t, U, radius)
+        if x0_bounds is not None:
+            smooth = np.clip(smooth, *x0_bounds)
         start = np.where(np.isfinite(experiment.x0), experiment.x0, smooth)
         if not free.any():
             return start, np.zeros_like(start)
         if self.x0_method == "smoothing":
             return np.where(free, smooth, start), np.where(free, np.nan, 0.0)
-        shoot = {"integrator": self.integrator, "rtol": max(self.rtol, SHOOT_RTOL)}
-        n_win = shooting_window(t, U, smooth, res.sigma, res.radii[0])
+        shoot = {"integrator": self.integrator, "rtol": max(self.rtol, SHOOT_RTOL),
+                 "bounds": x0_bounds}
+        n_win = shooting_window(t, U, smooth, sigma, radius)
         x0, x0_stderr = shoot_initial_state(self.model, theta, t[:n_win], U[:n_win],
                                             start, free=free, **shoot)
         if self.x0_method == "shooting_all" and n_win < t.size:
@@ -275,3 +313,33 @@ class WENDyODE(ODEEstimator):
             x0, x0_stderr = shoot_initial_state(self.model, theta, t, U, x0, free=free,
                                                 **shoot)
         return x0, x0_stderr
+
+
+def complete_rows(experiment, index, estimator_name):
+    """The times and rows of ``experiment`` with every state observed.
+
+    A time with a missing entry leaves the grid: the weak form integrates each equation
+    against every state at every quadrature node, and its quadrature handles non-uniform
+    grids, so the gap only widens a step.
+
+    Parameters
+    ----------
+    experiment : Experiment
+    index : int or None
+        Its position among several experiments (None: the only one), for the message.
+    estimator_name : str
+
+    Returns
+    -------
+    t : ndarray of shape (n_kept,)
+    U : ndarray of shape (n_kept, n_states)
+    """
+    keep = experiment.mask.all(axis=1)
+    if keep.sum() < MIN_SAMPLES:
+        where = "" if index is None else f" of experiment {index}"
+        raise ValueError(
+            f"{estimator_name} keeps only the times with every state observed, and Y{where} "
+            f"has {int(keep.sum())} of them ({int((~keep).sum())} of {keep.size} times have a "
+            f"missing entry); the weak form needs at least {MIN_SAMPLES}. Use BCDProxODE or "
+            "AdjointODE, which fit data with missing values.")
+    return experiment.t[keep], experiment.Y[keep]

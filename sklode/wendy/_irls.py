@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg import block_diag, solve_triangular
 from scipy.optimize import least_squares, lsq_linear
 from scipy.stats import shapiro
 
@@ -70,7 +70,11 @@ class WENDyResult:
     solver : str
         Which path ran.
     n_test_functions : int
-    radii : list of float
+        Over every experiment.
+    radii : list of list of float
+        The test-function radii of each experiment.
+    sigmas : list of ndarray of shape (n_states,)
+        The noise estimate of each experiment (``sigma`` pools them).
     """
 
     theta: np.ndarray
@@ -83,6 +87,7 @@ class WENDyResult:
     solver: str
     n_test_functions: int
     radii: list
+    sigmas: list
 
 
 class LinearWeakForm:
@@ -211,10 +216,10 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     ----------
     model : ODEModel
         The vector field.
-    t : ndarray of shape (n_times,)
+    t : ndarray of shape (n_times,), or a list of them (one per experiment)
         Increasing times (any spacing).
-    U : ndarray of shape (n_times, n_states)
-        Observations of every state.
+    U : ndarray of shape (n_times, n_states), or a list of them
+        Observations of every state; several experiments share theta.
     theta0 : ndarray of shape (n_params,)
         Start of the nonlinear path (the linear path's OLS start is exact).
     linear : bool
@@ -226,11 +231,11 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     max_iter : int, default=100
         Maximum number of IRLS iterations.
     min_radius : float, optional
-        Smallest test-function radius (None: from the data).
+        Smallest test-function radius (None: from each experiment's data).
     n_scales : int, default=4
         Number of radii.
     max_test_functions : int, default=128
-        Most orthonormal test functions.
+        Most orthonormal test functions per experiment.
     bounds : (ndarray, ndarray), optional
         Lower and upper bounds on theta, honoured by every solve of either path.
     bias_correction : bool, default=True
@@ -243,11 +248,31 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     WENDyResult
         The estimate, its covariance, the noise level and why the IRLS stopped.
     """
-    sigma = estimate_noise(t, U)
-    sigma_eff = np.maximum(sigma, 1e-12 * (np.std(U, axis=0) + 1e-300))
-    radius = select_min_radius(t, U, sigma) if min_radius is None else float(min_radius)
-    Phi, Phidot, radii = test_function_matrices(t, radius, n_scales=n_scales,
-                                                max_count=max_test_functions)
+    ts = list(t) if isinstance(t, (list, tuple)) else [t]
+    Us = list(U) if isinstance(U, (list, tuple)) else [U]
+    # Each experiment gets its own noise estimate, radius and test functions; the weak forms
+    # are stacked through a block-diagonal Phi over the concatenated samples, so every
+    # pointwise formula below (features, Jacobians, covariance) is unchanged and the
+    # residual covariance comes out block-diagonal: experiments have independent noise.
+    sigmas = [estimate_noise(ti, Ui) for ti, Ui in zip(ts, Us)]
+    counts = np.array([ti.size for ti in ts], dtype=np.float64)
+    # One noise level per state for all experiments (pooled variance, weighted by samples).
+    sigma = np.sqrt(np.average(np.array(sigmas) ** 2, axis=0, weights=counts))
+    radii, Phis, Phidots = [], [], []
+    for ti, Ui, si in zip(ts, Us, sigmas):
+        radius = select_min_radius(ti, Ui, si) if min_radius is None else float(min_radius)
+        Phi_e, Phidot_e, radii_e = test_function_matrices(ti, radius, n_scales=n_scales,
+                                                          max_count=max_test_functions)
+        Phis.append(Phi_e)
+        Phidots.append(Phidot_e)
+        radii.append(radii_e)
+    if len(ts) == 1:
+        Phi, Phidot, t, U = Phis[0], Phidots[0], ts[0], Us[0]
+    else:
+        Phi, Phidot = block_diag(*Phis), block_diag(*Phidots)
+        t, U = np.concatenate(ts), np.vstack(Us)
+    U_std = np.std(U, axis=0)
+    sigma_eff = np.maximum(sigma, 1e-12 * (U_std + 1e-300))
     if linear:
         system = LinearWeakForm(model, t, U, Phi, Phidot, sigma_eff**2,
                                 bias_correction=bias_correction, bounds=bounds)
@@ -330,4 +355,5 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         theta_cov = np.full((theta.size, theta.size), np.nan)
     return WENDyResult(theta=theta, theta_cov=theta_cov, sigma=sigma, theta_ols=theta_ols,
                        n_iter=n_iter, converged=converged, stop_reason=stop_reason,
-                       solver=solver, n_test_functions=Phi.shape[0], radii=radii)
+                       solver=solver, n_test_functions=Phi.shape[0], radii=radii,
+                       sigmas=sigmas)
