@@ -35,6 +35,7 @@ from ._validation import (
     check_theta0,
     check_times,
 )
+from ._initial_state import SHOOT_RTOL, shoot_initial_state
 from .exceptions import ConvergenceWarning
 from .integrate import INTEGRATORS, simulate
 from .models import check_model
@@ -216,20 +217,26 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         return [observed(Xk) for Xk in X] if isinstance(X, list) else observed(X)
 
     def score(self, t, Y, sample_weight=None):
-        """R² of the prediction over the observed (non-missing) entries of ``Y``.
+        """R² of the fitted ODE over the observed (non-missing) entries of ``Y``.
 
-        Each observed state's R² is computed on its non-missing entries (over every
-        experiment when ``t`` and ``Y`` are lists), then the states are averaged, as
-        scikit-learn's ``r2_score`` does for several outputs.
+        One series (not a list) is scored as :meth:`predict` sees it: integrated from the
+        fitted ``(t0_, x0_)``, so a later time window scores a forecast. A list means
+        experiments, which may be new ones (a held-out fold of a cross-validation over
+        experiments) whose initial states the fit never saw: the estimated components of
+        each one's initial state are fitted to its own observations with ``theta_`` held
+        (least-squares shooting from the fitted ``x0_``; known components come from
+        ``x0``), and the prediction from there is scored. Each observed state's R² is
+        computed on its non-missing entries (over every experiment for lists), then the
+        states are averaged, as scikit-learn's ``r2_score`` does for several outputs.
 
         Parameters
         ----------
         t : array-like of shape (n_samples,), or a list of them
-            Times, as for :meth:`predict`.
+            Times, as for :meth:`fit`.
         Y : array-like of shape (n_samples, n_observed), or a list of them
             Observations, NaN where missing.
         sample_weight : array-like of shape (n_samples,), optional
-            Weights of the samples (one experiment only).
+            Weights of the samples (one series only).
 
         Returns
         -------
@@ -238,15 +245,19 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         """
         from sklearn.metrics import r2_score
 
-        predicted = self.predict(t)
-        if isinstance(predicted, list):
+        check_is_fitted(self)
+        if _is_experiment_list(t):
             if sample_weight is not None:
-                raise ValueError("sample_weight is supported for one experiment only.")
-            Y_true = np.vstack([np.asarray(Yk, dtype=np.float64).reshape(len(Pk), -1)
-                                for Yk, Pk in zip(Y, predicted)])
-            Y_pred = np.vstack([np.reshape(Pk, (len(Pk), -1)) for Pk in predicted])
+                raise ValueError("sample_weight is supported for one series only.")
+            data = self._scoring_data(t, Y)
+            columns = list(data.observed)
+            Y_true = np.vstack([e.Y for e in data.experiments])
+            Y_pred = np.vstack([
+                simulate(self.model, self.theta_, x0, e.t, t0=e.t0,
+                         **self._simulation_options())[:, columns]
+                for x0, e in zip(self._refitted_initial_states(data), data.experiments)])
         else:
-            Y_pred = np.reshape(predicted, (len(predicted), -1))
+            Y_pred = np.reshape(self.predict(t), (len(check_times(t)), -1))
             Y_true = np.asarray(Y, dtype=np.float64).reshape(Y_pred.shape)
         weights = None if sample_weight is None else np.asarray(sample_weight, np.float64)
         scores = []
@@ -255,6 +266,50 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             scores.append(r2_score(Y_true[present, column], Y_pred[present, column],
                                    sample_weight=None if weights is None else weights[present]))
         return float(np.mean(scores))
+
+    def _scoring_data(self, t, Y):
+        """``(t, Y)`` validated with the estimator's initial-state settings; per-experiment
+        ``x0``/``t0`` settings apply only when as many experiments are scored as fitted."""
+        n_given = len(t) if _is_experiment_list(t) else 1
+        x0, t0 = self.x0, self.t0
+        if x0 is not None and np.ndim(x0) == 2 and np.shape(x0)[0] != n_given:
+            if not np.all(np.asarray(self.estimate_x0)):
+                raise ValueError(
+                    f"{type(self).__name__} was given known initial states for "
+                    f"{np.shape(x0)[0]} experiments but is scored on {n_given}: per-experiment "
+                    "values cannot follow a split of the experiments. Score each experiment "
+                    "with its own estimator, or estimate those components.")
+            x0 = None  # only guesses: the fitted x0_ starts the shooting instead
+        if t0 is not None and np.ndim(t0) == 1 and np.size(t0) not in (1, n_given):
+            raise ValueError(
+                f"{type(self).__name__} was given t0 for {np.size(t0)} experiments but is "
+                f"scored on {n_given}: per-experiment times cannot follow a split of the "
+                "experiments. Use one t0 for all, or None (each experiment's first time).")
+        return check_experiments(t, Y, model=self.model, observed=self.observed, x0=x0,
+                                 t0=t0, estimate_x0=self.estimate_x0, min_samples=1,
+                                 estimator_name=type(self).__name__)
+
+    def _refitted_initial_states(self, data):
+        """Each experiment's initial state: known components as validated, estimated ones
+        shot from the fitted ``x0_`` (its row for the same experiment count, else the mean
+        row) with the data's first observation where it is at ``t0``."""
+        fitted_rows = np.reshape(self.x0_, (-1, self.model.n_states))
+        same = fitted_rows.shape[0] == data.n_experiments
+        states = []
+        for k, experiment in enumerate(data.experiments):
+            free = experiment.estimate_x0
+            start = np.where(free, fitted_rows[k] if same else fitted_rows.mean(axis=0),
+                             experiment.x0)
+            if not same and experiment.t0 == experiment.t[0]:
+                for column, state in enumerate(data.observed):
+                    if free[state] and experiment.mask[0, column]:
+                        start[state] = experiment.Y[0, column]
+            x0, _ = shoot_initial_state(
+                self.model, self.theta_, experiment.t, experiment.Y, start, free=free,
+                observed=data.observed, t0=experiment.t0, integrator=self.integrator,
+                rtol=max(self.rtol, SHOOT_RTOL))
+            states.append(x0)
+        return states
 
     def confidence_intervals(self, level=0.95):
         """Normal-approximation confidence intervals for ``theta_``.

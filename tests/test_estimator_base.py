@@ -128,11 +128,10 @@ Y2 = np.ones((6, 2))
                              r"state \('prey', 'predator'\)"),
         (np.c_[T, T], Y2, r"t must have shape \(n_samples,\) or \(n_samples, 1\)"),
         (T, None, r"requires y to be passed, but the target y is None"),
-        (T, np.r_[Y2[:5], [[np.nan, 1]]], r"Y has 1 missing value\(s\) \(NaN\), which "
-                                           r"ShootingODE does not handle"),
+        (T, np.full((6, 2), np.nan), r"Y has no observed value: every entry is NaN"),
     ],
     ids=["duplicate", "nan-t", "inf-t", "lengths", "one-sample", "width", "2col-t", "no-y",
-         "nan-y"],
+         "all-nan-y"],
 )
 def test_bad_training_data_raises_value_error_naming_the_problem(t, Y, pattern):
     with pytest.raises(ValueError, match=pattern):
