@@ -27,6 +27,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ._initial_state import SHOOT_RTOL, shoot_initial_state
 from ._validation import (
     _is_experiment_list,
     bounds_with_positivity,
@@ -35,7 +36,6 @@ from ._validation import (
     check_theta0,
     check_times,
 )
-from ._initial_state import SHOOT_RTOL, shoot_initial_state
 from .exceptions import ConvergenceWarning
 from .integrate import INTEGRATORS, simulate
 from .models import check_model

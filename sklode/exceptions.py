@@ -19,6 +19,7 @@ __all__ = [
     "IntegrationError",
     "ModelError",
     "NotLinearInThetaError",
+    "PoorFitWarning",
     "SklodeError",
 ]
 
@@ -75,3 +76,8 @@ class DivergenceError(SklodeError, FloatingPointError):
     def __init__(self, message, n_iter=-1):
         super().__init__(message)
         self.n_iter = n_iter
+
+
+class PoorFitWarning(UserWarning):
+    """A fit finished (perhaps converged) but the method has reason to distrust it: the
+    message says why and what to try instead."""

@@ -152,3 +152,4 @@ def ab_integrate(f, x0, t, order):
         k = min(i + 1, order)
         X[i + 1] = X[i] + h[i] * (B[i, :k] @ F[i::-1][:k])
     return X
+

@@ -9,6 +9,7 @@ from ._zoo import (
     LogisticGrowth,
     Lorenz96,
     LotkaVolterra,
+    OralAbsorption,
     ProteinTransduction,
     Rossler,
 )
@@ -26,4 +27,5 @@ __all__ = [
     "FitzHughNagumoLinear",
     "HindmarshRose",
     "ProteinTransduction",
+    "OralAbsorption",
 ]

@@ -215,3 +215,24 @@ class ProteinTransduction(ODEModel):
             ],
             dim=-1,
         )
+
+
+class OralAbsorption(ODEModel):
+    """One-compartment pharmacokinetics with first-order oral absorption.
+
+    ``gut' = -ka gut``, ``concentration' = kv gut - ke concentration``: a dose in the gut is
+    absorbed at rate ``ka`` into a central volume ``V`` and eliminated at rate ``ke``, with
+    ``kv = ka / V`` so that the model is linear in ``theta = (ka, ke, kv)``. The initial
+    state of a subject is ``(dose, 0)``; only the concentration is usually measured, so the
+    gut amount is a hidden state. From ``(dose, 0)`` at ``t = 0`` the concentration is
+    ``dose kv / (ka - ke) (exp(-ke t) - exp(-ka t))``.
+    """
+
+    state_names = ("gut", "concentration")
+    param_names = ("ka", "ke", "kv")
+    default_theta = (1.0, 0.1, 0.05)
+
+    def rhs(self, t, x, theta):
+        gut, concentration = x[..., 0], x[..., 1]
+        ka, ke, kv = theta
+        return torch.stack([-ka * gut, kv * gut - ke * concentration], dim=-1)
