@@ -231,7 +231,6 @@ def test_blowup_at_the_start_raises_and_leaves_no_fit():
     ({"observed": (2, 3, 4), "x0": None, "estimate_x0": True},
      r"The data give no starting value for the initial state of \[.S., .E.\]"),
     ({"t0": 45.0}, "after the first observation"),
-    ({"optimizer": "BFGS", "bounds": (0, 10)}, "bounds need optimizer"),
     ({"sigma": [1.0, 2.0]}, "does not match Y"),
     ({"x0_prior": [1, 2, 3, 4, 5]}, "needs x0_prior_sigma"),
     ({"positive": True, "theta0": (1, -1, 1, 1)}, "strictly positive"),

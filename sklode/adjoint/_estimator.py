@@ -18,7 +18,7 @@ from .._estimator import (
 )
 from .._validation import check_bounds, check_fixed
 from ._objective import NOISE_KINDS, objective_for_experiments
-from ._solver import BOUNDED_OPTIMIZERS, OPTIMIZERS, adjoint_solve, gauss_newton_covariance
+from ._solver import OPTIMIZERS, adjoint_solve, gauss_newton_covariance
 
 __all__ = ["AdjointODE"]
 
@@ -59,14 +59,16 @@ class AdjointODE(ODEEstimator):
         ``{"gamma": 0.25}``; their values are in ``theta_`` and their standard errors are 0.
     bounds : (array-like, array-like), default=None
         Lower and upper bounds on ``theta`` (scalars or one per parameter, ``±inf``
-        allowed). Honoured by ``optimizer="trf"`` and ``"L-BFGS-B"``; the other optimisers
-        refuse them with a ValueError.
+        allowed), honoured by every optimiser: natively by ``"trf"`` and ``"L-BFGS-B"``
+        (an active bound is met exactly), through a smooth change of variables onto the open
+        box by the others (the estimate stays strictly inside, within the optimiser's
+        tolerance of an active bound).
     positive : bool or array-like of bool of shape (n_params,), default=False
         Optimise ``log(theta)`` for these parameters: they stay strictly positive.
     x0_bounds : (array-like, array-like), default=None
         Lower and upper bounds on the estimated initial state (scalars or one per state,
         ``±inf`` allowed), e.g. ``(0, N)`` for compartments of a population of ``N``;
-        ``optimizer="trf"`` and ``"L-BFGS-B"`` only, like ``bounds``.
+        honoured by every optimiser, like ``bounds``.
     sigma : float or array-like, default=1.0
         Standard deviation of the observations: one value, one per observed state, or one per
         observation (shape of ``Y``), read according to ``noise_kind``.
@@ -278,11 +280,6 @@ class AdjointODE(ODEEstimator):
         on_x0 = check_bounds(self.x0_bounds, model.n_states, model.state_names)
         if checked is None and on_x0 is None:
             return None
-        if self.optimizer not in BOUNDED_OPTIMIZERS:
-            which = "bounds" if checked is not None else "x0_bounds"
-            raise ValueError(f"{which} need optimizer 'trf' or 'L-BFGS-B', not "
-                             f"{self.optimizer!r}: the other optimisers are unconstrained. "
-                             "Use one of those two, or positive=True for a lower bound of 0.")
         n_x0 = objective.n_x0
         lower = np.full(objective.scale.size, -np.inf)
         upper = np.full(objective.scale.size, np.inf)

@@ -92,7 +92,8 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     gradient : {"adjoint", "forward"}, default="adjoint"
         How gradient methods get the gradient.
     bounds : (ndarray, ndarray), optional
-        Bounds on ``u`` (``"trf"`` and ``"L-BFGS-B"`` only).
+        Bounds on ``u``: native in ``"trf"`` and ``"L-BFGS-B"``, through :class:`BoxMap` in
+        the others.
     tol : float, default=1e-8
         ``least_squares`` ftol/xtol/gtol; gradient methods stop when ``||g|| <= tol ||g0||``.
     max_iter : int, default=200
@@ -128,6 +129,17 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
             logger.info("AdjointODE iter %d: L = %.10g, |grad| = %.3g",
                         len(history["loss"]) - 1, loss, history["grad"][-1])
 
+    if bounds is not None and optimizer not in BOUNDED_OPTIMIZERS:
+        # The unconstrained optimisers honour bounds through a smooth change of variables
+        # (the same algorithm on w, never a switch to a bounded one); the optimum is strictly
+        # inside, within the optimiser's tolerance of an active bound.
+        box = BoxMap(*bounds)
+        result = adjoint_solve(_OnBox(objective, box), box.to_w(u0), optimizer=optimizer,
+                               gradient=gradient, bounds=None, tol=tol, max_iter=max_iter,
+                               verbose=verbose)
+        result.u = box.to_u(result.u)
+        result.solver += ", bounds by a smooth change of variables"
+        return result
     if optimizer in ("trf", "lm"):
         result = _least_squares(objective, u0, optimizer, bounds, tol, max_iter, log)
         result.n_iter = max(len(history["loss"]) - 1, 0)
@@ -233,3 +245,104 @@ def gauss_newton_covariance(objective, u):
     dof = max(objective.n_data - u.size, 1)
     chi2 = float(np.sum(r[:m_data] ** 2)) / dof
     return chi2 * np.linalg.pinv(J.T @ J)
+
+
+# How far inside a bound BoxMap places a start that lies on or beyond it.
+_START_MARGIN = 1e-3
+
+
+class BoxMap:
+    """A smooth one-to-one map from unconstrained ``w`` onto the open box ``(lower, upper)``.
+
+    Per coordinate: ``lower + (upper - lower) / (1 + exp(-w))`` when both ends are finite,
+    ``lower + exp(w)`` or ``upper - exp(-w)`` with one, ``w`` itself with none.
+
+    Parameters
+    ----------
+    lower, upper : ndarray of shape (n,)
+        Bounds, ``±inf`` allowed.
+    """
+
+    def __init__(self, lower, upper):
+        self.lower = np.asarray(lower, dtype=np.float64)
+        self.upper = np.asarray(upper, dtype=np.float64)
+        self.both = np.isfinite(self.lower) & np.isfinite(self.upper)
+        self.low_only = np.isfinite(self.lower) & ~self.both
+        self.high_only = np.isfinite(self.upper) & ~self.both
+        self.width = np.where(self.both, self.upper - self.lower, 1.0)
+
+    def to_u(self, w):
+        """The point in the box."""
+        u = np.array(w, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            u[self.both] = self.lower[self.both] + self.width[self.both] / (
+                1.0 + np.exp(-w[self.both]))
+            u[self.low_only] = self.lower[self.low_only] + np.exp(w[self.low_only])
+            u[self.high_only] = self.upper[self.high_only] - np.exp(-w[self.high_only])
+        return u
+
+    def to_w(self, u):
+        """The inverse of :meth:`to_u`, ``u`` first moved at least ``_START_MARGIN`` (of the
+        box's width, or of ``max(1, |bound|)`` for a one-sided bound) inside: at the bound
+        itself the map's derivative vanishes and that coordinate would never move."""
+        u = np.asarray(u, dtype=np.float64)
+        margin = _START_MARGIN * np.maximum(1.0, np.abs(np.where(self.low_only, self.lower,
+                                                                 self.upper)))
+        w = u.copy()
+        share = np.clip((u - self.lower) / self.width, _START_MARGIN, 1.0 - _START_MARGIN)
+        w[self.both] = np.log(share[self.both] / (1.0 - share[self.both]))
+        w[self.low_only] = np.log(np.maximum(u - self.lower, margin)[self.low_only])
+        w[self.high_only] = -np.log(np.maximum(self.upper - u, margin)[self.high_only])
+        return w
+
+    def du_dw(self, w):
+        """The diagonal of the map's Jacobian."""
+        d = np.ones_like(w, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            s = 1.0 / (1.0 + np.exp(-w[self.both]))
+            d[self.both] = self.width[self.both] * s * (1.0 - s)
+            d[self.low_only] = np.exp(w[self.low_only])
+            d[self.high_only] = np.exp(-w[self.high_only])
+        return d
+
+
+class _OnBox:
+    """The objective seen in the variables ``w`` of a :class:`BoxMap` (chain rule on the
+    Jacobian and gradient); everything else is the objective's own."""
+
+    def __init__(self, objective, box):
+        self._objective, self._box = objective, box
+
+    def __getattr__(self, name):
+        return getattr(self._objective, name)
+
+    @property
+    def max_evaluations(self):
+        return self._objective.max_evaluations
+
+    @max_evaluations.setter
+    def max_evaluations(self, value):
+        self._objective.max_evaluations = value
+
+    def to_z(self, w):
+        return self._objective.to_z(self._box.to_u(w))
+
+    def evaluations_at(self, w):
+        return self._objective.evaluations_at(self._box.to_u(w))
+
+    def residual(self, w):
+        return self._objective.residual(self._box.to_u(w))
+
+    def safe_residual(self, w):
+        return self._objective.safe_residual(self._box.to_u(w))
+
+    def jacobian(self, w):
+        return self._objective.jacobian(self._box.to_u(w)) * self._box.du_dw(w)[None, :]
+
+    def value_and_grad(self, w, method="adjoint"):
+        value, grad = self._objective.value_and_grad(self._box.to_u(w), method)
+        return value, grad * self._box.du_dw(w)
+
+    def safe_value_and_grad(self, w, method="adjoint"):
+        value, grad = self._objective.safe_value_and_grad(self._box.to_u(w), method)
+        return value, grad * self._box.du_dw(w)
