@@ -29,6 +29,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._initial_state import SHOOT_RTOL, shoot_initial_state
 from ._validation import (
+    NOISE_KINDS,
+    Experiment,
+    ExperimentData,
     _is_experiment_list,
     bounds_with_positivity,
     check_experiments,
@@ -39,11 +42,11 @@ from ._validation import (
 from .exceptions import ConvergenceWarning
 from .integrate import INTEGRATORS, simulate
 from .models import check_model
-from .models._base import HeldParameters
+from .models._base import HeldParameters, ScaledStates
 
-__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "require_t0_at_first_time", "hold_fixed",
-           "is_linear_on_data", "release_fixed", "require_observed",
-           "standard_errors", "warn_not_converged"]
+__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "hold_fixed",
+           "is_linear_on_data", "on_state_scale", "release_fixed", "require_observed",
+           "require_t0_at_first_time", "standard_errors", "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
 
@@ -59,6 +62,8 @@ COMMON_CONSTRAINTS = {
     "fixed": [dict, None],
     "bounds": [tuple, list, None],
     "x0_bounds": [tuple, list, None],
+    "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
+    "noise_kind": [StrOptions(set(NOISE_KINDS))],
     "positive": ["boolean", "array-like"],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -110,11 +115,13 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         """``theta0`` as a checked float64 vector (the model's default guess when None)."""
         return check_theta0(self.theta0, self.model)
 
-    def _bounded_theta_problem(self):
+    def _bounded_theta_problem(self, model=None):
         """The model to fit, its start and bounds, for methods whose theta-steps are linear
         least squares (BCD-prox, WENDy): ``fixed`` held (:func:`hold_fixed`), ``positive``
-        as a lower bound of 0."""
-        return hold_fixed(self.model, self.fixed, self._initial_theta(),
+        as a lower bound of 0. ``model``: the model in the fitted states (default: the
+        estimator's)."""
+        return hold_fixed(self.model if model is None else model, self.fixed,
+                          self._initial_theta(),
                           bounds_with_positivity(self.bounds, self.positive, self.model))
 
     @staticmethod
@@ -352,6 +359,71 @@ def require_observed(data, estimator_name, why):
             f"{estimator_name} needs every state observed ({why}), but observed="
             f"{data.observed} leaves states {data.hidden} hidden. Use AdjointODE or "
             "BCDProxODE, which fit hidden states, or observe every state.")
+
+
+def on_state_scale(model, data, scale, log, x0_bounds=None):
+    """The problem in the states of :class:`~sklode.models._base.ScaledStates`.
+
+    Parameters
+    ----------
+    model : ODEModel
+    data : ExperimentData
+    scale : ndarray of shape (n_states,)
+        Positive scale of each state.
+    log : bool
+        Fit the logarithm of the states (log-normal noise): every observation and every
+        given initial value must then be positive.
+    x0_bounds : (ndarray, ndarray), optional
+        Bounds on the initial state, in the original states.
+
+    Returns
+    -------
+    data : ExperimentData
+        Observations and initial states in the scaled states.
+    transformed : ScaledStates
+        The model in those states (``to_x`` maps results back).
+    x0_bounds : (ndarray, ndarray) or None
+        The bounds in those states.
+    """
+    transformed = ScaledStates(model, scale, log=log)
+    columns = list(data.observed)
+    experiments = []
+    for k, e in enumerate(data.experiments):
+        if log and (np.any(e.Y[e.mask] <= 0) or np.any(e.x0[np.isfinite(e.x0)] <= 0)):
+            where = f" of experiment {k}" if data.several else ""
+            raise ValueError(
+                f"noise_kind='lognormal' fits the logarithm of the data, but Y{where} or x0 "
+                "has values <= 0. Use noise_kind='proportional' or 'absolute' for data that "
+                "reach zero.")
+        rows = np.ones((e.Y.shape[0], model.n_states))  # placeholders off the observed
+        rows[:, columns] = np.where(e.mask, e.Y, 1.0)
+        Y = np.where(e.mask, transformed.to_z(rows)[:, columns], np.nan)
+        experiments.append(Experiment(t=e.t, Y=Y, mask=e.mask, t0=e.t0,
+                                      x0=transformed.to_z(e.x0), estimate_x0=e.estimate_x0))
+    if x0_bounds is not None:  # on the log scale a lower bound <= 0 bounds nothing
+        lower = np.maximum(x0_bounds[0], 0.0) if log else x0_bounds[0]
+        x0_bounds = (transformed.to_z(lower), transformed.to_z(x0_bounds[1]))
+    return (ExperimentData(experiments=tuple(experiments), observed=data.observed,
+                           n_states=data.n_states, several=data.several, y_ndim=data.y_ndim,
+                           feature_names=data.feature_names), transformed, x0_bounds)
+
+
+def from_state_scale(transformed, z0, z0_stderr):
+    """Initial states and their standard errors back in the original states (the delta
+    method: ``dx/dz`` is ``scale`` or ``scale x``).
+
+    Parameters
+    ----------
+    transformed : ScaledStates
+    z0, z0_stderr : ndarray of shape (..., n_states)
+
+    Returns
+    -------
+    x0, x0_stderr : ndarray of shape (..., n_states)
+    """
+    x0 = transformed.to_x(z0)
+    slope = np.asarray(transformed.scale) * (np.abs(x0) if transformed.log else 1.0)
+    return x0, slope * np.asarray(z0_stderr)
 
 
 def require_t0_at_first_time(data, estimator_name):

@@ -36,8 +36,9 @@ __all__ = [
 
 #: How a noise level is read, everywhere in sklode (``datasets`` and the estimators' weights):
 #: a standard deviation in data units, a fraction of the RMS of each clean (or observed)
-#: state, or a fraction of each value.
-NOISE_KINDS = ("absolute", "relative_rms", "proportional")
+#: state, a fraction of each value, or the standard deviation of the logarithm of positive
+#: data (multiplicative noise ``y = x exp(sigma eps)``, fitted on the log scale).
+NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal")
 
 
 @dataclass(frozen=True)

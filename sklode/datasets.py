@@ -298,7 +298,7 @@ def make_trajectory(problem, *, noise=None, noise_kind=None, distribution="gauss
         simulated here).
     noise : float, optional
         Noise level as a standard deviation in ``noise_kind``; default: the problem's.
-    noise_kind : {"absolute", "relative_rms", "proportional"}, optional
+    noise_kind : {"absolute", "relative_rms", "proportional", "lognormal"}, optional
         Default: the problem's convention.
     distribution : {"gaussian", "laplace"}, default="gaussian"
         Laplace noise has the same standard deviation (scale ``std / sqrt(2)``).
@@ -328,7 +328,7 @@ def make_trajectory(problem, *, noise=None, noise_kind=None, distribution="gauss
         std = np.full_like(clean, noise)
     elif noise_kind == "relative_rms":
         std = np.full_like(clean, noise * np.sqrt(np.mean(clean**2)))
-    elif noise_kind == "proportional":
+    elif noise_kind in ("proportional", "lognormal"):
         std = noise * np.abs(clean)
     else:
         raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}.")
@@ -339,4 +339,7 @@ def make_trajectory(problem, *, noise=None, noise_kind=None, distribution="gauss
         eps = rng.laplace(0.0, 1.0 / np.sqrt(2.0), clean.shape)  # unit standard deviation
     else:
         raise ValueError(f"distribution must be 'gaussian' or 'laplace', got {distribution!r}.")
+    if noise_kind == "lognormal":  # y = x exp(noise eps): positive, sd of log y = noise
+        return Trajectory(t=p.t.copy(), Y=clean * np.exp(noise * eps), X=X, noise_std=std,
+                          problem=p)
     return Trajectory(t=p.t.copy(), Y=clean + std * eps, X=X, noise_std=std, problem=p)

@@ -87,3 +87,12 @@ def test_bad_noise_arguments():
         make_trajectory("rossler", distribution="cauchy")
     with pytest.raises(ValueError, match="finite standard deviation"):
         make_trajectory("rossler", noise=-1)
+
+
+def test_lognormal_noise_is_multiplicative_with_the_given_log_sd():
+    d = make_trajectory("wendy_logistic", noise=0.1, noise_kind="lognormal", random_state=0)
+    clean = d.X[:, list(d.problem.observed)]
+    assert np.all(d.Y > 0)
+    ratio = np.log(d.Y / clean)
+    # 0.1 on the log scale over the grid's samples: the sample sd within 15 % of it.
+    assert abs(np.std(ratio) - 0.1) < 0.015 and abs(np.mean(ratio)) < 0.02

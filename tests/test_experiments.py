@@ -404,3 +404,49 @@ def test_pooled_pharmacokinetic_study_reaches_the_closed_form_optimum():
                    estimate_x0=False, observed=["concentration"]).fit(grid, rows)
     messages = " ".join(str(w.message) for w in caught)
     assert "too far apart" in messages and "['gut'] evolve without any observed" in messages
+
+
+@pytest.mark.parametrize("Estimator, problem, noise, settings", [
+    (BCDProxODE, "lotka_volterra", 0.1, {"theta0": GUESS["theta0"]}),
+    (WENDyODE, "wendy_lotka_volterra", 0.1, {}),
+    (AdjointODE, "lotka_volterra", 0.2, {"theta0": GUESS["theta0"], "sigma": 0.2}),
+], ids=["BCDProxODE", "WENDyODE", "AdjointODE"])
+def test_lognormal_noise_is_fitted_on_the_log_scale(Estimator, problem, noise, settings):
+    from sklode.datasets import make_trajectory
+
+    plain, on_log = [], []
+    for seed in range(6):
+        d = make_trajectory(problem, noise=noise, noise_kind="lognormal", random_state=seed)
+        truth = d.problem.theta
+        a = Estimator(d.problem.model, **settings).fit(d.t, d.Y)
+        b = Estimator(d.problem.model, **settings, noise_kind="lognormal").fit(d.t, d.Y)
+        plain.append(np.linalg.norm(a.theta_ - truth) / np.linalg.norm(truth))
+        on_log.append(np.linalg.norm(b.theta_ - truth) / np.linalg.norm(truth))
+        assert np.all(b.x0_ > 0)
+        if Estimator is not BCDProxODE:  # its filtered x0 has no standard error (NaN)
+            assert np.all(np.isfinite(b.x0_stderr_) & (b.x0_stderr_ > 0))
+    # Multiplicative noise fitted as such: mean relative theta error over six seeds measured
+    # 0.070 -> 0.052 (BCD-prox, 10 %), 0.009 -> 0.004 (WENDy, 10 %), 0.130 -> 0.104
+    # (AdjointODE, 20 %). The log-scale fit must beat the additive one on average.
+    assert np.mean(on_log) < np.mean(plain)
+
+
+def test_noise_settings_are_read_the_same_way_or_refused_clearly():
+    from sklode.datasets import make_trajectory
+
+    d = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
+    given = WENDyODE(d.problem.model, sigma=[0.03, 0.02]).fit(d.t, d.Y)
+    assert_allclose(given.sigma_, [0.03, 0.02])  # the user's level replaces the estimate
+    for Estimator in (BCDProxODE, WENDyODE):
+        with pytest.raises(ValueError, match=r"use noise_kind='lognormal'"):
+            Estimator(d.problem.model, sigma=0.05, noise_kind="proportional").fit(d.t, d.Y)
+    Y = d.Y.copy()
+    Y[3, 0] = -0.1
+    with pytest.raises(ValueError, match=r"noise_kind='lognormal' fits the logarithm"):
+        AdjointODE(d.problem.model, noise_kind="lognormal").fit(d.t, Y)
+    # Equal absolute weights on every state leave BCD-prox's fixed point unchanged (the
+    # fidelity and the proximal term scale alike).
+    lv = make_trajectory("lotka_volterra", noise=0.2, random_state=1)
+    plain = BCDProxODE(LotkaVolterra(), **GUESS).fit(lv.t, lv.Y)
+    weighted = BCDProxODE(LotkaVolterra(), **GUESS, sigma=0.2).fit(lv.t, lv.Y)
+    assert_allclose(weighted.theta_, plain.theta_, rtol=1e-6)

@@ -12,7 +12,9 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     estimated_x0_mask,
+    from_state_scale,
     initial_times,
+    on_state_scale,
     standard_errors,
     warn_not_converged,
 )
@@ -72,10 +74,12 @@ class AdjointODE(ODEEstimator):
     sigma : float or array-like, default=1.0
         Standard deviation of the observations: one value, one per observed state, or one per
         observation (shape of ``Y``), read according to ``noise_kind``.
-    noise_kind : {"absolute", "relative_rms", "proportional"}, default="absolute"
-        ``sigma`` in units of the data, as a fraction of the RMS of each observed state, or as
-        a fraction of each observation (the seed's weights: noise level times the data).
-        The same words as :mod:`sklode.datasets`.
+    noise_kind : {"absolute", "relative_rms", "proportional", "lognormal"}, default="absolute"
+        ``sigma`` in units of the data, as a fraction of the RMS of each observed state, as
+        a fraction of each observation (the seed's weights: noise level times the data), or
+        as the standard deviation of ``log y`` (``"lognormal"``: positive data with
+        multiplicative noise; the residuals are ``log x(t) - log y``). The same words as
+        :mod:`sklode.datasets`.
     x0_prior : array-like of shape (n_states,), default=None
         Prior mean ``s0`` of the initial state (used for its estimated components).
     x0_prior_sigma : float or array-like, default=None
@@ -239,13 +243,23 @@ class AdjointODE(ODEEstimator):
         data = self._validate_data(t, Y)
         model = self.model
         fitted, theta0 = check_fixed(self.fixed, self._initial_theta(), model)
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        original, transformed, noise_kind = data, None, self.noise_kind
+        if noise_kind == "lognormal":  # residuals of log x against log y
+            if self.x0_prior is not None or self.invariant is not None:
+                raise ValueError("noise_kind='lognormal' fits the logarithm of the states; "
+                                 "x0_prior and invariant are stated in the states "
+                                 "themselves and cannot be combined with it.")
+            data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
+                                                          True, x0_bounds)
+            model, noise_kind = transformed, "absolute"
         objective, u0 = objective_for_experiments(
             model, data, theta0=theta0, fitted=fitted, sigma=self.sigma,
-            noise_kind=self.noise_kind, x0_prior=self.x0_prior,
+            noise_kind=noise_kind, x0_prior=self.x0_prior,
             x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
             invariant_weight=self.invariant_weight, positive=self.positive,
             integrator=self.integrator, rtol=self.rtol, atol=self.atol, estimator_name=name)
-        bounds = self._bounds_in_u(objective)
+        bounds = self._bounds_in_u(objective, x0_bounds)
         if bounds is not None:  # start strictly inside the box
             span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
             u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
@@ -260,6 +274,9 @@ class AdjointODE(ODEEstimator):
         theta_cov[np.ix_(fitted, fitted)] = cov[objective.n_x0:, objective.n_x0:]
         x0_stderr = np.zeros(x0.shape)
         x0_stderr[estimated_x0_mask(data)] = standard_errors(cov)[: objective.n_x0]
+        if transformed is not None:
+            x0, x0_stderr = from_state_scale(transformed, x0, x0_stderr)
+        model, data = self.model, original
         if not res.converged:
             other = "optimizer='BFGS'" if self.optimizer == "trf" else "optimizer='trf'"
             warn_not_converged(self, res.n_iter, res.stop_reason,
@@ -273,11 +290,11 @@ class AdjointODE(ODEEstimator):
             converged_=bool(res.converged), stop_reason_=res.stop_reason, solver_=res.solver,
             **self._data_attributes(data))
 
-    def _bounds_in_u(self, objective):
-        """Bounds on the optimiser's variables, or None."""
+    def _bounds_in_u(self, objective, on_x0):
+        """Bounds on the optimiser's variables (``on_x0``: on the initial state, in the
+        fitted states), or None."""
         model = self.model
         checked = check_bounds(self.bounds, model.n_params, model.param_names)
-        on_x0 = check_bounds(self.x0_bounds, model.n_states, model.state_names)
         if checked is None and on_x0 is None:
             return None
         n_x0 = objective.n_x0

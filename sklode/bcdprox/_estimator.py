@@ -14,6 +14,7 @@ from .._estimator import (
     ODEEstimator,
     estimated_x0_mask,
     initial_times,
+    on_state_scale,
     release_fixed,
     require_t0_at_first_time,
     standard_errors,
@@ -94,6 +95,17 @@ class BCDProxODE(ODEEstimator):
         Lower and upper bounds on the initial state (scalars or one per state, ``±inf``
         allowed), e.g. ``(0, N)``: the first row of ``X*`` is projected onto them after
         every X-step.
+    sigma : float or array-like of shape (n_observed,), default=None
+        Noise standard deviation of each observed state, read according to ``noise_kind``:
+        the fidelity and the proximal term then weight each state by ``1 / sigma`` (a
+        hidden state by the observed states' relative noise times the size of its guess).
+        None: unweighted, the paper's.
+    noise_kind : {"absolute", "relative_rms", "proportional", "lognormal"}, default="absolute"
+        ``sigma`` in data units or as a fraction of each observed state's RMS;
+        ``"lognormal"``: the states are filtered on the log scale (positive data with
+        multiplicative noise; ``sigma`` is then the standard deviation of the logarithm).
+        ``"proportional"`` (one weight per value) raises a ValueError naming
+        ``"lognormal"``: the fidelity has one weight per state.
     lam : float, default=1.0
         Proximal weight λ (an inverse step size). Larger values only cost iterations;
         ``lam=0`` is allowed and, as the paper reports, stops almost at once with a poor fit.
@@ -209,6 +221,7 @@ class BCDProxODE(ODEEstimator):
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
                  observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
+                 sigma=None, noise_kind="absolute",
                  lam=1.0, order=3,
                  optimizer="gauss-newton", acceleration="anderson", anderson_memory=20,
                  stop="relative", tol=1e-6, max_iter=5000, integrator="LSODA", rtol=1e-8,
@@ -223,6 +236,8 @@ class BCDProxODE(ODEEstimator):
         self.bounds = bounds
         self.positive = positive
         self.x0_bounds = x0_bounds
+        self.sigma = sigma
+        self.noise_kind = noise_kind
         self.lam = lam
         self.order = order
         self.optimizer = optimizer
@@ -235,6 +250,40 @@ class BCDProxODE(ODEEstimator):
         self.rtol = rtol
         self.atol = atol
         self.verbose = verbose
+
+    def _state_scale(self, data):
+        """``(scale, log)`` of the fitted states from ``sigma`` and ``noise_kind``, or None
+        for the paper's unweighted fidelity."""
+        log = self.noise_kind == "lognormal"
+        if self.noise_kind == "proportional":
+            raise ValueError(
+                "BCDProxODE weights its fidelity by one standard deviation per state, so it "
+                "cannot take noise proportional to each value; use noise_kind='lognormal' "
+                "(the same multiplicative noise, fitted on the log scale) or 'relative_rms'.")
+        if self.sigma is None and not log:
+            return None
+        n_states, observed = self.model.n_states, list(data.observed)
+        sigma = np.ones(len(observed)) if self.sigma is None else np.asarray(self.sigma,
+                                                                                 float)
+        if sigma.size not in (1, len(observed)) or np.any(sigma <= 0):
+            raise ValueError(f"BCDProxODE takes sigma as one positive value or one per "
+                             f"observed state ({len(observed)}); got {self.sigma!r}.")
+        values = np.vstack([e.Y for e in data.experiments])
+        if log:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = np.log(values)
+        rms = np.sqrt(np.nanmean(values**2, axis=0))
+        per_state = np.broadcast_to(sigma, (len(observed),)) * (
+            rms if self.noise_kind == "relative_rms" else 1.0)
+        scale = np.ones(n_states)
+        scale[observed] = per_state
+        relative = float(np.mean(per_state / np.maximum(rms, 1e-300)))
+        for state in data.hidden:  # no data: the observed states' relative noise
+            guesses = np.array([e.x0[state] for e in data.experiments])
+            size = np.nanmean(np.abs(np.log(guesses) if log else guesses))
+            scale[state] = (float(np.mean(per_state)) if log else
+                            relative * size if np.isfinite(size) and size > 0 else 1.0)
+        return scale, log
 
     def _warn_where_the_method_is_weak(self, fit_model, res, data):
         """Warn (PoorFitWarning) when the data are outside what BCD-prox's multistep residual
@@ -295,8 +344,12 @@ class BCDProxODE(ODEEstimator):
         name = type(self).__name__
         require_t0_at_first_time(data, name)
         model = self.model
-        fit_model, theta0, bounds = self._bounded_theta_problem()
         x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        original, transformed = data, None
+        weights = self._state_scale(data)
+        if weights is not None:  # the fidelity weighted per state: fit in scaled states
+            data, transformed, x0_bounds = on_state_scale(model, data, *weights, x0_bounds)
+        fit_model, theta0, bounds = self._bounded_theta_problem(transformed)
         starts = [start_states(fit_model, theta0, e, data.observed, name)
                   for e in data.experiments]
 
@@ -314,7 +367,10 @@ class BCDProxODE(ODEEstimator):
             verbose=self.verbose)
 
         theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
-        x0s = np.array([X[0] for X in res.states])
+        states = res.states if transformed is None else [transformed.to_x(X)
+                                                         for X in res.states]
+        x0s = np.array([X[0] for X in states])
+        data = original
         predicted = []
         for e, x0 in zip(data.experiments, x0s):
             with np.errstate(over="ignore", invalid="ignore"):
@@ -340,7 +396,7 @@ class BCDProxODE(ODEEstimator):
         estimated = estimated_x0_mask(data)
         return self._set_fitted(
             theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
-            states_=per_experiment(res.states), x0_=x0s if data.several else x0s[0],
+            states_=per_experiment(states), x0_=x0s if data.several else x0s[0],
             x0_stderr_=np.where(estimated, np.nan, 0.0), t0_=initial_times(data),
             predicted_states_=per_experiment(predicted),
             fidelity_history_=list(res.fidelity_history), n_iter_=res.n_iter,

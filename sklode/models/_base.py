@@ -23,7 +23,7 @@ import torch
 
 from ..exceptions import ModelError, NotLinearInThetaError
 
-__all__ = ["ODEModel", "FunctionModel", "HeldParameters", "check_model"]
+__all__ = ["ODEModel", "FunctionModel", "HeldParameters", "ScaledStates", "check_model"]
 
 _DTYPE = torch.float64
 
@@ -606,6 +606,79 @@ class HeldParameters(ODEModel):
             ``dx/dt``.
         """
         return self.model.rhs(t, x, self._held + self._scatter @ theta)
+
+
+class ScaledStates(ODEModel):
+    """``model`` in scaled (and optionally logarithmic) states ``z``, same parameters.
+
+    ``z = x / scale`` or, with ``log``, ``z = log(x) / scale``; the field is
+    ``model.rhs(t, x, theta) / scale`` or ``model.rhs(t, x, theta) / (scale x)``. Methods
+    whose residual has one weight per state (BCD-prox's fidelity) weight it by fitting this
+    model to the scaled data, and every method fits log-normal data on the log scale with
+    ``log=True``. It stays affine in theta when the model is.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The model in the original states.
+    scale : tuple of float
+        One positive scale per state.
+    log : bool, default=False
+        Whether ``z`` is the logarithm of the (positive) states.
+    """
+
+    def __init__(self, model, scale, log=False):
+        self.model = model
+        self.scale = tuple(float(v) for v in scale)
+        self.log = bool(log)
+        self.state_names = model.state_names
+        self.param_names = model.param_names
+        self.default_theta = model.default_theta
+        self._scale = torch.tensor(self.scale, dtype=_DTYPE)
+
+    @classmethod
+    def _constant_names(cls):
+        return ["model", "scale", "log"]
+
+    def __getstate__(self):
+        return {"model": self.model, "scale": self.scale, "log": self.log}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def to_z(self, x):
+        """The scaled states of original states ``x`` (any shape ending in ``n_states``)."""
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.log(x) if self.log else x) / np.asarray(self.scale)
+
+    def to_x(self, z):
+        """The original states of scaled states ``z``."""
+        z = np.asarray(z, dtype=np.float64) * np.asarray(self.scale)
+        return np.exp(z) if self.log else z
+
+    def rhs(self, t, x, theta):
+        """The field in the scaled states.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time.
+        x : torch.Tensor of shape (..., n_states)
+            Scaled states ``z``.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., n_states)
+            ``dz/dt``.
+        """
+        states = x * self._scale
+        if not self.log:
+            return self.model.rhs(t, states, theta) / self._scale
+        states = torch.exp(states)
+        return self.model.rhs(t, states, theta) / (self._scale * states)
 
 
 def check_model(model):

@@ -11,8 +11,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
+    from_state_scale,
     initial_times,
     is_linear_on_data,
+    on_state_scale,
     release_fixed,
     require_observed,
     require_t0_at_first_time,
@@ -88,6 +90,15 @@ class WENDyODE(ODEEstimator):
         Lower and upper bounds on the initial state (scalars or one per state, ``±inf``
         allowed), honoured by the shooting (a bounded trust region) and the smoothing
         (clipped).
+    sigma : float or array-like of shape (n_states,), default=None
+        Noise standard deviation of each state, read according to ``noise_kind``, in place
+        of WENDy's estimate from the data (``sigma_`` then holds it). None: estimated.
+    noise_kind : {"absolute", "relative_rms", "proportional", "lognormal"}, default="absolute"
+        ``sigma`` in data units or as a fraction of each state's RMS; ``"lognormal"``: the
+        weak form of ``log x`` is fitted (positive data with multiplicative noise; it stays
+        linear in theta), ``sigma`` being the standard deviation of the logarithm.
+        ``"proportional"`` (one level per value) raises a ValueError naming
+        ``"lognormal"``: the residual covariance has one noise level per state.
     x0_method : {"shooting", "shooting_all", "smoothing"}, default="shooting"
         How the unknown components of ``x0_`` are obtained; WENDy itself does not estimate
         them. ``"shooting"``: least squares of the simulated trajectory against the data over
@@ -142,8 +153,9 @@ class WENDyODE(ODEEstimator):
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     sigma_ : ndarray of shape (n_states,)
-        Estimated noise standard deviation per state (pooled over experiments, weighted
-        by their numbers of samples).
+        Noise standard deviation per state used by the fit: estimated (pooled over
+        experiments, weighted by their numbers of samples) or the given ``sigma``; of
+        ``log x`` for ``noise_kind="lognormal"``.
     theta_ols_ : ndarray of shape (n_params,)
         The ordinary least-squares start.
     x0_ : ndarray of shape (n_states,) or (n_experiments, n_states)
@@ -202,6 +214,7 @@ class WENDyODE(ODEEstimator):
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
                  observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
+                 sigma=None, noise_kind="absolute",
                  x0_method="shooting",
                  min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
                  alpha=1e-10, bias_correction=True, tol=1e-6, max_iter=100,
@@ -216,6 +229,8 @@ class WENDyODE(ODEEstimator):
         self.bounds = bounds
         self.positive = positive
         self.x0_bounds = x0_bounds
+        self.sigma = sigma
+        self.noise_kind = noise_kind
         self.x0_method = x0_method
         self.min_radius = min_radius
         self.n_scales = n_scales
@@ -255,25 +270,41 @@ class WENDyODE(ODEEstimator):
         require_observed(data, name, "the weak form integrates every state's equation "
                          "against the data")
         require_t0_at_first_time(data, name)
+        if self.noise_kind == "proportional":
+            raise ValueError(
+                "WENDyODE's residual covariance has one noise level per state, so it cannot "
+                "take noise proportional to each value; use noise_kind='lognormal' (the same "
+                "multiplicative noise, fitted on the log scale) or 'relative_rms'.")
+        model = self.model
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        original, transformed = data, None
+        if self.noise_kind == "lognormal":  # the weak form of log x
+            data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
+                                                          True, x0_bounds)
         grids = [complete_rows(e, k if data.several else None, name)
                  for k, e in enumerate(data.experiments)]
         ts, Us = [g[0] for g in grids], [g[1] for g in grids]
-        fit_model, theta0, bounds = self._bounded_theta_problem()
+        fit_model, theta0, bounds = self._bounded_theta_problem(transformed)
 
         res = wendy_solve(fit_model, ts, Us, theta0,
                           linear=is_linear_on_data(fit_model, ts[0], Us[0]),
                           alpha=self.alpha, tol=self.tol, max_iter=self.max_iter,
                           min_radius=self.min_radius, n_scales=self.n_scales,
                           max_test_functions=self.max_test_functions, bounds=bounds,
-                          bias_correction=self.bias_correction, verbose=self.verbose)
+                          bias_correction=self.bias_correction,
+                          sigma=self._given_noise(Us), verbose=self.verbose)
         theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
         theta_ols = release_fixed(fit_model, res.theta_ols, res.theta_cov)[0]
-        x0_bounds = check_bounds(self.x0_bounds, self.model.n_states, self.model.state_names)
-        starts = [self._initial_state(e, tk, Uk, theta, sk, radii[0], x0_bounds)
+        shooting_model = model if transformed is None else transformed
+        starts = [self._initial_state(shooting_model, e, tk, Uk, theta, sk, radii[0],
+                                      x0_bounds)
                   for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
                                                    res.radii)]
         x0s = np.array([x for x, _ in starts])
         x0_stderrs = np.array([se for _, se in starts])
+        if transformed is not None:
+            x0s, x0_stderrs = from_state_scale(transformed, x0s, x0_stderrs)
+        data = original
 
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
@@ -290,7 +321,20 @@ class WENDyODE(ODEEstimator):
             radii_=[list(r) for r in res.radii] if several else list(res.radii[0]),
             **self._data_attributes(data))
 
-    def _initial_state(self, experiment, t, U, theta, sigma, radius, x0_bounds):
+    def _given_noise(self, Us):
+        """``sigma`` per state in the fitted states, or None to estimate it."""
+        if self.sigma is None:
+            return None
+        n_states = Us[0].shape[1]
+        sigma = np.asarray(self.sigma, dtype=np.float64)
+        if sigma.size not in (1, n_states) or np.any(sigma <= 0):
+            raise ValueError(f"WENDyODE takes sigma as one positive value or one per state "
+                             f"({n_states}); got {self.sigma!r}.")
+        if self.noise_kind == "relative_rms":
+            sigma = sigma * np.sqrt(np.mean(np.vstack(Us) ** 2, axis=0))
+        return np.broadcast_to(sigma, (n_states,)).copy()
+
+    def _initial_state(self, model, experiment, t, U, theta, sigma, radius, x0_bounds):
         """``x0`` of one experiment and its standard errors: known components as given, the
         others by ``x0_method`` from the smoothed data (or the given guess), within
         ``x0_bounds``."""
@@ -306,11 +350,11 @@ class WENDyODE(ODEEstimator):
         shoot = {"integrator": self.integrator, "rtol": max(self.rtol, SHOOT_RTOL),
                  "bounds": x0_bounds}
         n_win = shooting_window(t, U, smooth, sigma, radius)
-        x0, x0_stderr = shoot_initial_state(self.model, theta, t[:n_win], U[:n_win],
+        x0, x0_stderr = shoot_initial_state(model, theta, t[:n_win], U[:n_win],
                                             start, free=free, **shoot)
         if self.x0_method == "shooting_all" and n_win < t.size:
             # From the window's x0, which is near the right basin, over everything.
-            x0, x0_stderr = shoot_initial_state(self.model, theta, t, U, x0, free=free,
+            x0, x0_stderr = shoot_initial_state(model, theta, t, U, x0, free=free,
                                                 **shoot)
         return x0, x0_stderr
 

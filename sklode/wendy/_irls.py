@@ -209,7 +209,7 @@ def _sw_pvalue(residual):
 
 def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=100,
                 min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
-                bounds=None, bias_correction=True, verbose=0):
+                bounds=None, bias_correction=True, sigma=None, verbose=0):
     """WENDy: OLS start, then iteratively reweighted least squares on the weak form.
 
     Parameters
@@ -240,6 +240,8 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         Lower and upper bounds on theta, honoured by every solve of either path.
     bias_correction : bool, default=True
         Second-order errors-in-variables correction (linear path).
+    sigma : ndarray of shape (n_states,), optional
+        Noise standard deviation per state, in place of the estimate from the data.
     verbose : int, default=0
         Log each iteration.
 
@@ -254,7 +256,11 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     # are stacked through a block-diagonal Phi over the concatenated samples, so every
     # pointwise formula below (features, Jacobians, covariance) is unchanged and the
     # residual covariance comes out block-diagonal: experiments have independent noise.
-    sigmas = [estimate_noise(ti, Ui) for ti, Ui in zip(ts, Us)]
+    if sigma is None:
+        sigmas = [estimate_noise(ti, Ui) for ti, Ui in zip(ts, Us)]
+    else:  # the user's noise level replaces the estimate
+        sigmas = [np.broadcast_to(np.asarray(sigma, np.float64), (Us[0].shape[1],)).copy()
+                  for _ in ts]
     counts = np.array([ti.size for ti in ts], dtype=np.float64)
     # One noise level per state for all experiments (pooled variance, weighted by samples).
     sigma = np.sqrt(np.average(np.array(sigmas) ** 2, axis=0, weights=counts))
