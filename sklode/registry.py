@@ -84,12 +84,17 @@ class Method:
         ``pose(problem) -> dict`` of constructor keyword arguments for a named problem.
     fits_hidden_states : bool
         Whether the method fits states that are never observed.
+    initial_state_at_data : bool
+        Whether the method places the initial state at the first observation time (the
+        methods on the data grid), so that a problem whose ``t0`` precedes its data needs
+        an extra grid time the named problems do not have.
     """
 
     name: str
     estimator: type
     pose: Callable[[Problem], dict]
     fits_hidden_states: bool
+    initial_state_at_data: bool = False
 
     def settings(self, problem, theta0=None):
         """Constructor keyword arguments posing ``problem`` (``theta0`` overrides its guess).
@@ -147,6 +152,10 @@ class Method:
         p = _as_problem(problem)
         if not self.fits_hidden_states and len(p.observed) < p.model.n_states:
             return f"{self.name} needs every state observed; {p.name} observes {p.observed}"
+        if self.initial_state_at_data and p.t0 < p.t[0]:
+            return (f"{self.name} places the initial state at the first observation time; "
+                    f"{p.name} starts at t0 = {p.t0:g}, before its first observation "
+                    f"{p.t[0]:g}")
         needed = self.make(p)._min_samples()
         if p.t.size < needed:
             return f"{self.name} needs at least {needed} time points; {p.name} has {p.t.size}"
@@ -155,8 +164,10 @@ class Method:
 
 #: Every method, in the default order of comparisons.
 METHODS = {
-    "bcdprox": Method("bcdprox", BCDProxODE, _pose_plainly, fits_hidden_states=False),
-    "wendy": Method("wendy", WENDyODE, _pose_plainly, fits_hidden_states=False),
+    "bcdprox": Method("bcdprox", BCDProxODE, _pose_plainly, fits_hidden_states=True,
+                      initial_state_at_data=True),
+    "wendy": Method("wendy", WENDyODE, _pose_plainly, fits_hidden_states=False,
+                    initial_state_at_data=True),
     "adjoint": Method("adjoint", AdjointODE, _pose_adjoint, fits_hidden_states=True),
 }
 

@@ -426,7 +426,7 @@ def test_lognormal_noise_is_fitted_on_the_log_scale(Estimator, problem, noise, s
         if Estimator is not BCDProxODE:  # its filtered x0 has no standard error (NaN)
             assert np.all(np.isfinite(b.x0_stderr_) & (b.x0_stderr_ > 0))
     # Multiplicative noise fitted as such: mean relative theta error over six seeds measured
-    # 0.070 -> 0.052 (BCD-prox, 10 %), 0.009 -> 0.004 (WENDy, 10 %), 0.130 -> 0.104
+    # 0.087 -> 0.064 (BCD-prox, 10 %), 0.009 -> 0.004 (WENDy, 10 %), 0.161 -> 0.129
     # (AdjointODE, 20 %). The log-scale fit must beat the additive one on average.
     assert np.mean(on_log) < np.mean(plain)
 
@@ -450,3 +450,36 @@ def test_noise_settings_are_read_the_same_way_or_refused_clearly():
     plain = BCDProxODE(LotkaVolterra(), **GUESS).fit(lv.t, lv.Y)
     weighted = BCDProxODE(LotkaVolterra(), **GUESS, sigma=0.2).fit(lv.t, lv.Y)
     assert_allclose(weighted.theta_, plain.theta_, rtol=1e-6)
+
+
+def _carrying_capacity_growth(t, x, theta):
+    """u' = r u (1 - u / K): not linear in K, so BCD-prox and WENDy take their nonlinear
+    theta paths."""
+    return theta[0] * x * (1 - x / theta[1])
+
+
+@pytest.mark.parametrize("Estimator, settings", [
+    (BCDProxODE, {}),
+    (BCDProxODE, {"optimizer": "L-BFGS-B"}),
+    (WENDyODE, {}),
+], ids=["BCDProxODE-gauss-newton", "BCDProxODE-L-BFGS-B", "WENDyODE"])
+def test_an_active_bound_holds_on_the_nonlinear_theta_paths(Estimator, settings):
+    from sklode.models import FunctionModel
+
+    model = FunctionModel(_carrying_capacity_growth, ("u",), ("r", "K"))
+    t = np.linspace(0, 10, 101)
+    rng = np.random.default_rng(0)
+    Y = simulate(model, [1.0, 2.0], [0.1], t) + 0.02 * rng.standard_normal((101, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        free = Estimator(model, theta0=(0.8, 2.5), **settings).fit(t, Y)
+        capped = Estimator(model, theta0=(0.8, 2.5), bounds=(0.0, [np.inf, 1.8]),
+                           **settings).fit(t, Y)
+    assert free.theta_[1] > 1.9  # K near its true 2: the bound at 1.8 binds
+    assert capped.theta_[1] <= 1.8
+    # The nonlinear paths ran: bounded Gauss-Newton (trust region), L-BFGS-B, trust-region
+    # IRLS.
+    assert any(path in capped.solver_ for path in
+               ("Gauss-Newton with bounds", "L-BFGS-B on both blocks", "nonlinear IRLS"))
+    if Estimator is WENDyODE:  # one cost over theta: its bounded optimum is on the bound
+        assert capped.theta_[1] == pytest.approx(1.8, abs=1e-6)
