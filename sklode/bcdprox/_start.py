@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from .._validation import Experiment, ExperimentData
 from ..exceptions import DivergenceError
 
-__all__ = ["decoupled_hidden_states", "observed_entries", "start_states"]
+__all__ = ["decoupled_hidden_states", "observed_entries", "start_states", "with_substeps"]
 
 # Tolerance of the integration of the hidden states: the start only has to be in the right
 # region (the iterations move it), so a loose rtol keeps this cheap.
@@ -137,3 +138,32 @@ def decoupled_hidden_states(model, theta, states, times, observed):
     for t, X in zip(times, states):
         coupled |= np.any(model.jac_x(t, X, theta) != 0, axis=0)
     return [h for h in hidden if not coupled[h, list(observed)].any()]
+
+
+def with_substeps(data, substeps):
+    """``data`` with ``substeps - 1`` equally spaced times without observations inserted in
+    every sampling interval (the samples stay at every ``substeps``-th grid time).
+
+    Parameters
+    ----------
+    data : ExperimentData
+    substeps : int
+
+    Returns
+    -------
+    ExperimentData
+    """
+    if substeps == 1:
+        return data
+    experiments = []
+    for e in data.experiments:
+        fractions = np.arange(substeps) / substeps
+        t = np.append((e.t[:-1, None] + np.diff(e.t)[:, None] * fractions).ravel(), e.t[-1])
+        Y = np.full((t.size, e.Y.shape[1]), np.nan)
+        mask = np.zeros(Y.shape, dtype=bool)
+        Y[::substeps], mask[::substeps] = e.Y, e.mask
+        experiments.append(Experiment(t=t, Y=Y, mask=mask, t0=e.t0, x0=e.x0,
+                                      estimate_x0=e.estimate_x0))
+    return ExperimentData(experiments=tuple(experiments), observed=data.observed,
+                          n_states=data.n_states, several=data.several, y_ndim=data.y_ndim,
+                          feature_names=data.feature_names)
