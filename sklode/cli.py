@@ -20,6 +20,7 @@ import numpy as np
 
 from .compare import _warm_up
 from .datasets import get_problem, list_problems, make_trajectory
+from .exceptions import ConvergenceWarning, PoorFitWarning
 from .metrics import prediction_error
 from .registry import METHODS, get_method
 
@@ -166,7 +167,8 @@ def _model_by_name(name):
 
 
 def fit_command(args, out=None):
-    """Run ``sklode fit``; returns the fitted estimator."""
+    """Run ``sklode fit``; returns the fitted estimator, with ``cli_problems_``: the
+    convergence and poor-fit warnings of the fit (``main`` then exits with status 1)."""
     import csv
 
     from .datasets import Problem
@@ -193,10 +195,17 @@ def fit_command(args, out=None):
     x0 = np.array([float(v) for v in args.x0.split(",")]) if args.x0 else None
     problem = Problem("user_data", model, None, None, np.sort(t), float(np.min(t)), observed,
                       0.0, "absolute", theta_init=theta0, x0_init=x0)
-    est = get_method(args.method).make(problem)
+    overrides = {} if args.max_iter is None else {"max_iter": args.max_iter}
+    est = get_method(args.method).make(problem, **overrides)
     start = time.process_time()
-    est.fit(t, Y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(t, Y)
     cpu = time.process_time() - start
+    est.cli_problems_ = [f"{w.category.__name__}: {w.message}" for w in caught
+                         if issubclass(w.category, (ConvergenceWarning, PoorFitWarning))]
+    for problem_text in est.cli_problems_:
+        print(f"WARNING {problem_text}", file=sys.stderr)
     stderr = getattr(est, "theta_stderr_", None)
     print(f"{args.method} on {args.csv}: {t.size} times, observed {columns}, model {model!r}",
           file=out)
@@ -240,6 +249,8 @@ def main(argv=None):
     p_fit.add_argument("--time-column", default="t")
     p_fit.add_argument("--theta0", default=None, help="comma-separated initial parameters")
     p_fit.add_argument("--x0", default=None, help="comma-separated initial state guess")
+    p_fit.add_argument("--max-iter", type=int, default=None,
+                       help="iterations of the method's main loop (default: its own)")
     p_demo = sub.add_parser("demo", help="fit a built-in noisy problem with every estimator")
     p_demo.add_argument("--problem", default="lotka_volterra", choices=list_problems())
     p_demo.add_argument("--noise", type=float, default=None,
@@ -251,7 +262,8 @@ def main(argv=None):
     elif args.command == "compare":
         compare_command(args)
     elif args.command == "fit":
-        fit_command(args)
+        if fit_command(args).cli_problems_:
+            return 1  # a fit that did not converge or fits poorly is not a success
     return 0
 
 

@@ -58,3 +58,16 @@ def test_ci_runs_the_readme_commands():
     install, run = [part.strip() for part in install_and_run.split("&&")]
     assert install.replace("pip install", "pip install --quiet") in ci
     assert run in ci.splitlines() and tests in ci.splitlines()
+
+
+def test_fit_command_exits_nonzero_when_the_fit_did_not_converge(tmp_path, capsys):
+    data = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    path = tmp_path / "lv.csv"
+    lines = ["t,prey,predator"] + [f"{t},{a},{b}" for t, (a, b) in zip(data.t, data.Y)]
+    path.write_text("\n".join(lines))
+    base = ["fit", str(path), "--model", "LotkaVolterra", "--theta0", "2.5,1.5,4.5,1.5"]
+    assert main(base) == 0  # a converged, adequate fit
+    capsys.readouterr()
+    # One optimiser iteration cannot converge: the status says so and stderr says why.
+    assert main(base + ["--max-iter", "1"]) == 1
+    assert "WARNING ConvergenceWarning: AdjointODE did not converge" in capsys.readouterr().err
