@@ -137,6 +137,14 @@ class AdjointODE(ODEEstimator):
         Forward solves plus derivative (sensitivity or adjoint) passes.
     converged_ : bool
         The optimiser's own convergence test.
+    fit_adequate_ : bool or None
+        Whether the fit passed the adequacy check: the prediction's RMS residual is at most
+        2.5 noise levels (estimated from the data) in every observed state; a failed check
+        warns :class:`~sklode.exceptions.PoorFitWarning`. None when no experiment has 16
+        complete samples to estimate its noise. Independent of ``converged_``.
+    misfit_ratio_ : ndarray of shape (n_observed,) or None
+        That RMS residual over the noise level, per observed state (near 1 for an adequate
+        fit).
     stop_reason_ : str
         The optimiser's message: why it stopped.
     solver_ : str
@@ -288,6 +296,8 @@ class AdjointODE(ODEEstimator):
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
             n_iter_=res.n_iter, n_solves_=objective.n_forward + objective.n_derivative,
             converged_=bool(res.converged), stop_reason_=res.stop_reason, solver_=res.solver,
+            **self._assess_fit(data, theta, x0, "A local minimum is likely: try another "
+                               "theta0, or start from BCDProxODE's or WENDyODE's theta_."),
             **self._data_attributes(data))
 
     def _bounds_in_u(self, objective, on_x0):

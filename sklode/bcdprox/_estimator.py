@@ -176,6 +176,14 @@ class BCDProxODE(ODEEstimator):
         Outer iterations run.
     converged_ : bool
         Whether the stop rule held before ``max_iter``.
+    fit_adequate_ : bool or None
+        Whether the fit passed the adequacy check: the prediction's RMS residual is at most
+        2.5 noise levels (estimated from the data) in every observed state; a failed check
+        warns :class:`~sklode.exceptions.PoorFitWarning`. None when no experiment has 16
+        complete samples to estimate its noise. Independent of ``converged_``.
+    misfit_ratio_ : ndarray of shape (n_observed,) or None
+        That RMS residual over the noise level, per observed state (near 1 for an adequate
+        fit).
     stop_reason_ : str
         Why the iterations stopped, in words.
     solver_ : str
@@ -413,4 +421,7 @@ class BCDProxODE(ODEEstimator):
             predicted_states_=per_experiment(predicted),
             fidelity_history_=list(res.fidelity_history), n_iter_=res.n_iter,
             converged_=res.converged, stop_reason_=res.stop_reason, solver_=res.solver,
+            **self._assess_fit(data, theta, x0s, f"Try substeps={2 * self.substeps} (grid "
+                               "times between the samples), or AdjointODE started from "
+                               "this theta_."),
             **self._data_attributes(data))

@@ -169,6 +169,14 @@ class WENDyODE(ODEEstimator):
         IRLS iterations run.
     converged_ : bool
         Whether the IRLS stopped by a fixed point or the Shapiro-Wilk test.
+    fit_adequate_ : bool or None
+        Whether the fit passed the adequacy check: the prediction's RMS residual is at most
+        2.5 noise levels (estimated from the data) in every observed state; a failed check
+        warns :class:`~sklode.exceptions.PoorFitWarning`. None when no experiment has 16
+        complete samples to estimate its noise. Independent of ``converged_``.
+    misfit_ratio_ : ndarray of shape (n_observed,) or None
+        That RMS residual over the noise level, per observed state (near 1 for an adequate
+        fit).
     stop_reason_ : str
         Why the IRLS stopped, and which iterate was returned, in words.
     solver_ : str
@@ -319,6 +327,9 @@ class WENDyODE(ODEEstimator):
             solver_=res.solver + (f", {data.n_experiments} experiments" if several else ""),
             n_test_functions_=res.n_test_functions,
             radii_=[list(r) for r in res.radii] if several else list(res.radii[0]),
+            **self._assess_fit(data, theta, x0s, "Try x0_method='shooting_all' if the "
+                               "prediction drifts late in the series, or AdjointODE started "
+                               "from this theta_."),
             **self._data_attributes(data))
 
     def _given_noise(self, Us):
