@@ -45,8 +45,9 @@ from .models import check_model
 from .models._base import HeldParameters, ScaledStates
 
 __all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "hold_fixed",
-           "is_linear_on_data", "misfit_ratios", "on_state_scale", "release_fixed", "require_observed",
-           "require_t0_at_first_time", "standard_errors", "warn_not_converged"]
+           "is_linear_on_data", "misfit_ratios", "on_state_scale", "release_fixed",
+           "require_observed", "require_t0_at_first_time", "standard_errors",
+           "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
 
