@@ -195,7 +195,8 @@ def fit_command(args, out=None):
     x0 = np.array([float(v) for v in args.x0.split(",")]) if args.x0 else None
     problem = Problem("user_data", model, None, None, np.sort(t), float(np.min(t)), observed,
                       0.0, "absolute", theta_init=theta0, x0_init=x0)
-    overrides = {} if args.max_iter is None else {"max_iter": args.max_iter}
+    max_iter = getattr(args, "max_iter", None)  # absent from namespaces built by hand
+    overrides = {} if max_iter is None else {"max_iter": max_iter}
     est = get_method(args.method).make(problem, **overrides)
     start = time.process_time()
     with warnings.catch_warnings(record=True) as caught:
