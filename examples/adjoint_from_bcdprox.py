@@ -28,7 +28,8 @@ for trial in range(10):
     except IntegrationError:
         alone_err = f"{'cannot start':>18}"
     bcd = BCDProxODE(problem.model, theta0=theta0).fit(data.t, data.Y)
-    refined = AdjointODE(problem.model, theta0=bcd.theta_, x0=bcd.x0_).fit(data.t, data.Y)
+    # init="bcdprox" runs that BCD-prox fit inside and starts from its theta_ and x0_.
+    refined = AdjointODE(problem.model, theta0=theta0, init="bcdprox").fit(data.t, data.Y)
     print(f"{trial:5d} {alone_err} {prediction_error(data.X, bcd.simulate(data.t)):9.2f} "
           f"{prediction_error(data.X, refined.simulate(data.t)):23.2f}")
 print("prediction error ||X - X_hat||_F over all states; truth theta =", problem.theta)

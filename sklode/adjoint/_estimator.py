@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import replace
 from numbers import Real
 
 import numpy as np
-from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.base import _fit_context, clone
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from .._estimator import (
     COMMON_CONSTRAINTS,
@@ -19,6 +21,7 @@ from .._estimator import (
     warn_not_converged,
 )
 from .._validation import check_bounds, check_fixed
+from ..exceptions import SklodeError
 from ._objective import NOISE_KINDS, objective_for_experiments
 from ._solver import OPTIMIZERS, adjoint_solve, gauss_newton_covariance
 
@@ -96,6 +99,16 @@ class AdjointODE(ODEEstimator):
     gradient : {"adjoint", "forward"}, default="adjoint"
         How gradient optimisers get the gradient (least-squares optimisers always use the
         forward-sensitivity Jacobian).
+    init : {"bcdprox", "wendy"} or estimator, default=None
+        Start from another method's fit on the same data: its ``theta_`` replaces
+        ``theta0`` and its ``x0_`` the guesses of the estimated initial components. Neither
+        method integrates the ODE from the guess, so a chaotic or stiff problem whose
+        trajectory from ``theta0`` blows up starts near the answer (Rössler from random
+        guesses). An estimator instance is cloned and fitted; the strings pose BCDProxODE or
+        WENDyODE with this estimator's ``theta0``, ``x0``, ``estimate_x0``, ``observed``,
+        ``fixed``, ``bounds`` and ``positive``. Where that method cannot take the data (WENDy
+        and hidden states, an initial time before the data) the fit starts from ``theta0``
+        and ``solver_`` says why. None: start from ``theta0``.
     tol : float, default=1e-8
         ``least_squares`` ftol/xtol/gtol; gradient methods stop when the gradient norm has
         dropped to ``tol`` times its starting value (the seed's rule).
@@ -190,14 +203,14 @@ class AdjointODE(ODEEstimator):
         "invariant_weight": [Interval(Real, 0, None, closed="left")],
         "optimizer": [StrOptions(set(OPTIMIZERS))],
         "gradient": [StrOptions({"adjoint", "forward"})],
+        "init": [StrOptions({"bcdprox", "wendy"}), HasMethods(["fit"]), None],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
                  observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
-                 sigma=1.0,
-                 noise_kind="absolute",
+                 sigma=1.0, noise_kind="absolute",
                  x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
-                 optimizer="trf", gradient="adjoint", tol=1e-8, max_iter=200,
+                 optimizer="trf", gradient="adjoint", init=None, tol=1e-8, max_iter=200,
                  integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
@@ -217,6 +230,7 @@ class AdjointODE(ODEEstimator):
         self.invariant_weight = invariant_weight
         self.optimizer = optimizer
         self.gradient = gradient
+        self.init = init
         self.tol = tol
         self.max_iter = max_iter
         self.integrator = integrator
@@ -250,7 +264,8 @@ class AdjointODE(ODEEstimator):
         name = type(self).__name__
         data = self._validate_data(t, Y)
         model = self.model
-        fitted, theta0 = check_fixed(self.fixed, self._initial_theta(), model)
+        start_theta, data, start_note = self._start_from_init(t, Y, data)
+        fitted, theta0 = check_fixed(self.fixed, start_theta, model)
         x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
         original, transformed, noise_kind = data, None, self.noise_kind
         if noise_kind == "lognormal":  # residuals of log x against log y
@@ -295,10 +310,43 @@ class AdjointODE(ODEEstimator):
             theta_stderr_=standard_errors(theta_cov), x0_stderr_=x0_stderr,
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
             n_iter_=res.n_iter, n_solves_=objective.n_forward + objective.n_derivative,
-            converged_=bool(res.converged), stop_reason_=res.stop_reason, solver_=res.solver,
+            converged_=bool(res.converged), stop_reason_=res.stop_reason,
+            solver_=res.solver + start_note,
             **self._assess_fit(data, theta, x0, "A local minimum is likely: try another "
-                               "theta0, or start from BCDProxODE's or WENDyODE's theta_."),
+                               "theta0" + ("" if self.init is not None else
+                                           ", or init='bcdprox' or 'wendy'") + "."),
             **self._data_attributes(data))
+
+    def _start_from_init(self, t, Y, data):
+        """``(theta0, data, note)``: the start ``init`` gives (the data with its estimated
+        initial components replaced by the other fit's ``x0_``), or ``theta0`` and why not."""
+        if self.init is None:
+            return self._initial_theta(), data, ""
+        if isinstance(self.init, str):
+            from ..bcdprox import BCDProxODE
+            from ..wendy import WENDyODE
+
+            Other = {"bcdprox": BCDProxODE, "wendy": WENDyODE}[self.init]
+            other = Other(self.model, theta0=self.theta0, x0=self.x0,
+                          estimate_x0=self.estimate_x0, t0=self.t0, observed=self.observed,
+                          fixed=self.fixed, bounds=self.bounds, positive=self.positive)
+        else:
+            other = clone(self.init)
+        other_name = type(other).__name__
+        try:
+            with warnings.catch_warnings():  # its verdicts are not this fit's
+                warnings.simplefilter("ignore")
+                other.fit(t, Y)
+        except (ValueError, SklodeError) as exc:
+            return (self._initial_theta(), data,
+                    f"; init={other_name} could not fit these data ({exc}), so the start "
+                    "was theta0")
+        rows = np.reshape(other.x0_, (data.n_experiments, data.n_states))
+        experiments = tuple(
+            replace(e, x0=np.where(e.estimate_x0 & np.isfinite(rows[k]), rows[k], e.x0))
+            for k, e in enumerate(data.experiments))
+        return (np.array(other.theta_, dtype=np.float64), replace(data, experiments=experiments),
+                f"; started from {other_name}'s fit")
 
     def _bounds_in_u(self, objective, on_x0):
         """Bounds on the optimiser's variables (``on_x0``: on the initial state, in the
