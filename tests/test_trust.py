@@ -104,3 +104,17 @@ def test_init_that_cannot_take_the_data_falls_back_to_theta0_and_says_why():
                      x0=[5.0, 3.0], init="wendy").fit(d.t, d.Y[:, :1])
     assert "init=WENDyODE could not fit these data" in est.solver_
     assert "start was theta0" in est.solver_
+
+
+def test_multiple_starts_keep_the_best_and_do_not_depend_on_n_jobs():
+    d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    common = dict(theta0=(2.5, 1.5, 4.5, 1.5), max_iter=30)
+    one = AdjointODE(LotkaVolterra(), **common).fit(d.t, d.Y)
+    serial = AdjointODE(LotkaVolterra(), **common, n_starts=3, random_state=0).fit(d.t, d.Y)
+    threads = AdjointODE(LotkaVolterra(), **common, n_starts=3, random_state=0,
+                         n_jobs=2).fit(d.t, d.Y)
+    # The starts are drawn before any fit: the same best start for any n_jobs.
+    np.testing.assert_array_equal(serial.theta_, threads.theta_)
+    assert "best of 3 starts" in serial.solver_
+    # theta0 is start 0, so the best cost is never above the single start's.
+    assert serial.loss_history_[-1] <= one.loss_history_[-1] * (1 + 1e-9)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
+from joblib import Parallel, delayed
 from sklearn.base import _fit_context, clone
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from .._estimator import (
@@ -21,7 +23,7 @@ from .._estimator import (
     warn_not_converged,
 )
 from .._validation import check_bounds, check_fixed
-from ..exceptions import SklodeError
+from ..exceptions import IntegrationError, SklodeError
 from ._objective import NOISE_KINDS, objective_for_experiments
 from ._solver import OPTIMIZERS, adjoint_solve, gauss_newton_covariance
 
@@ -109,6 +111,16 @@ class AdjointODE(ODEEstimator):
         ``fixed``, ``bounds`` and ``positive``. Where that method cannot take the data (WENDy
         and hidden states, an initial time before the data) the fit starts from ``theta0``
         and ``solver_`` says why. None: start from ``theta0``.
+    n_starts : int, default=1
+        Optimise from this many starts and keep the one with the lowest cost: the start
+        above (``theta0`` or ``init``'s) and ``n_starts - 1`` random ones, each fitted
+        parameter multiplied by ``exp(N(0, 1))``. Starts whose trajectory cannot be
+        integrated are skipped.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the random starts (they are drawn before any fit, so the result does not
+        depend on ``n_jobs``).
+    n_jobs : int, default=None
+        Starts optimised at once (joblib threads; None: one).
     tol : float, default=1e-8
         ``least_squares`` ftol/xtol/gtol; gradient methods stop when the gradient norm has
         dropped to ``tol`` times its starting value (the seed's rule).
@@ -147,7 +159,7 @@ class AdjointODE(ODEEstimator):
     n_iter_ : int
         Optimiser iterations run.
     n_solves_ : int
-        Forward solves plus derivative (sensitivity or adjoint) passes.
+        Forward solves plus derivative (sensitivity or adjoint) passes, over every start.
     converged_ : bool
         The optimiser's own convergence test.
     fit_adequate_ : bool or None
@@ -204,13 +216,17 @@ class AdjointODE(ODEEstimator):
         "optimizer": [StrOptions(set(OPTIMIZERS))],
         "gradient": [StrOptions({"adjoint", "forward"})],
         "init": [StrOptions({"bcdprox", "wendy"}), HasMethods(["fit"]), None],
+        "n_starts": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
                  observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
                  sigma=1.0, noise_kind="absolute",
                  x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
-                 optimizer="trf", gradient="adjoint", init=None, tol=1e-8, max_iter=200,
+                 optimizer="trf", gradient="adjoint", init=None, n_starts=1,
+                 random_state=None, n_jobs=None, tol=1e-8, max_iter=200,
                  integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
@@ -231,6 +247,9 @@ class AdjointODE(ODEEstimator):
         self.optimizer = optimizer
         self.gradient = gradient
         self.init = init
+        self.n_starts = n_starts
+        self.random_state = random_state
+        self.n_jobs = n_jobs
         self.tol = tol
         self.max_iter = max_iter
         self.integrator = integrator
@@ -276,20 +295,39 @@ class AdjointODE(ODEEstimator):
             data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
                                                           True, x0_bounds)
             model, noise_kind = transformed, "absolute"
-        objective, u0 = objective_for_experiments(
-            model, data, theta0=theta0, fitted=fitted, sigma=self.sigma,
-            noise_kind=noise_kind, x0_prior=self.x0_prior,
-            x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
-            invariant_weight=self.invariant_weight, positive=self.positive,
-            integrator=self.integrator, rtol=self.rtol, atol=self.atol, estimator_name=name)
-        bounds = self._bounds_in_u(objective, x0_bounds)
-        if bounds is not None:  # start strictly inside the box
-            span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
-            u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
+        def attempt(theta_start):
+            objective, u0 = objective_for_experiments(
+                model, data, theta0=theta_start, fitted=fitted, sigma=self.sigma,
+                noise_kind=noise_kind, x0_prior=self.x0_prior,
+                x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
+                invariant_weight=self.invariant_weight, positive=self.positive,
+                integrator=self.integrator, rtol=self.rtol, atol=self.atol,
+                estimator_name=name)
+            bounds = self._bounds_in_u(objective, x0_bounds)
+            if bounds is not None:  # start strictly inside the box
+                span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
+                u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
+            try:
+                res = adjoint_solve(objective, u0, optimizer=self.optimizer,
+                                    gradient=self.gradient, bounds=bounds, tol=self.tol,
+                                    max_iter=self.max_iter, verbose=self.verbose)
+            except IntegrationError as exc:
+                return objective, exc
+            return objective, res
 
-        res = adjoint_solve(objective, u0, optimizer=self.optimizer, gradient=self.gradient,
-                            bounds=bounds, tol=self.tol, max_iter=self.max_iter,
-                            verbose=self.verbose)
+        starts = self._random_starts(theta0, fitted)
+        outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
+            delayed(attempt)(start) for start in starts)
+        finished = [(objective.cost(res.u), k) for k, (objective, res) in enumerate(outcomes)
+                    if not isinstance(res, Exception)]
+        if not finished:
+            raise outcomes[0][1]  # no start could be integrated: the first one's reason
+        best = min(finished)[1]  # lowest cost; ties to the earlier start (any n_jobs)
+        objective, res = outcomes[best]
+        n_solves = sum(o.n_forward + o.n_derivative for o, _ in outcomes)
+        if len(starts) > 1:
+            start_note += (f"; best of {len(starts)} starts (start {best}; "
+                           f"{len(starts) - len(finished)} could not be integrated)")
 
         x0, theta = objective.split(objective.to_z(res.u))
         cov = gauss_newton_covariance(objective, res.u)
@@ -309,13 +347,26 @@ class AdjointODE(ODEEstimator):
             theta_=theta, x0_=x0, t0_=initial_times(data), theta_cov_=theta_cov,
             theta_stderr_=standard_errors(theta_cov), x0_stderr_=x0_stderr,
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
-            n_iter_=res.n_iter, n_solves_=objective.n_forward + objective.n_derivative,
+            n_iter_=res.n_iter, n_solves_=n_solves,
             converged_=bool(res.converged), stop_reason_=res.stop_reason,
             solver_=res.solver + start_note,
             **self._assess_fit(data, theta, x0, "A local minimum is likely: try another "
                                "theta0" + ("" if self.init is not None else
                                            ", or init='bcdprox' or 'wendy'") + "."),
             **self._data_attributes(data))
+
+    def _random_starts(self, theta0, fitted):
+        """``theta0`` and ``n_starts - 1`` random starts around it, drawn up front from
+        ``random_state`` (so the result does not depend on ``n_jobs``): each fitted
+        parameter multiplied by ``exp(N(0, 1))`` (signs kept, a factor of e at one standard
+        deviation), a zero one drawn from ``N(0, 1)``."""
+        rng = check_random_state(self.random_state)
+        starts = [theta0.copy()]
+        for _ in range(self.n_starts - 1):
+            draw = rng.standard_normal(theta0.size)
+            start = np.where(theta0 != 0, theta0 * np.exp(draw), draw)
+            starts.append(np.where(fitted, start, theta0))
+        return starts
 
     def _start_from_init(self, t, Y, data):
         """``(theta0, data, note)``: the start ``init`` gives (the data with its estimated
