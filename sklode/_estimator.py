@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -30,8 +31,6 @@ from sklearn.utils.validation import check_is_fitted
 from ._initial_state import SHOOT_RTOL, shoot_initial_state
 from ._validation import (
     NOISE_KINDS,
-    Experiment,
-    ExperimentData,
     _is_experiment_list,
     bounds_with_positivity,
     check_experiments,
@@ -46,7 +45,7 @@ from .models._base import HeldParameters, ScaledStates
 
 __all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "hold_fixed",
            "is_linear_on_data", "misfit_ratios", "on_state_scale", "release_fixed",
-           "require_observed", "require_t0_at_first_time", "standard_errors",
+           "require_observed", "require_t0_at_first_time", "sigma_per_state", "standard_errors",
            "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
@@ -480,14 +479,41 @@ def on_state_scale(model, data, scale, log, x0_bounds=None):
         rows = np.ones((e.Y.shape[0], model.n_states))  # placeholders off the observed
         rows[:, columns] = np.where(e.mask, e.Y, 1.0)
         Y = np.where(e.mask, transformed.to_z(rows)[:, columns], np.nan)
-        experiments.append(Experiment(t=e.t, Y=Y, mask=e.mask, t0=e.t0,
-                                      x0=transformed.to_z(e.x0), estimate_x0=e.estimate_x0))
+        experiments.append(replace(e, Y=Y, x0=transformed.to_z(e.x0)))
     if x0_bounds is not None:  # on the log scale a lower bound <= 0 bounds nothing
         lower = np.maximum(x0_bounds[0], 0.0) if log else x0_bounds[0]
         x0_bounds = (transformed.to_z(lower), transformed.to_z(x0_bounds[1]))
-    return (ExperimentData(experiments=tuple(experiments), observed=data.observed,
-                           n_states=data.n_states, several=data.several, y_ndim=data.y_ndim,
-                           feature_names=data.feature_names), transformed, x0_bounds)
+    return replace(data, experiments=tuple(experiments)), transformed, x0_bounds
+
+
+def sigma_per_state(sigma, noise_kind, values, estimator_name):
+    """``sigma`` as one absolute standard deviation per column of ``values`` (the observed
+    states, on the scale they are fitted at; NaN where missing), for the methods with one
+    noise level per state (BCD-prox, WENDy).
+
+    Parameters
+    ----------
+    sigma : float or array-like
+        One positive value, or one per column.
+    noise_kind : str
+        ``"relative_rms"`` multiplies by each column's RMS; the others take ``sigma`` as it
+        is (``"lognormal"``: on the log scale ``values`` are in).
+    values : ndarray of shape (n_samples, n_observed)
+    estimator_name : str
+
+    Returns
+    -------
+    ndarray of shape (n_observed,)
+    """
+    width = values.shape[1]
+    given = np.asarray(sigma, dtype=np.float64)
+    if given.size not in (1, width) or np.any(given <= 0):
+        raise ValueError(f"{estimator_name} takes sigma as one positive value or one per "
+                         f"observed state ({width}); got {sigma!r}.")
+    per_state = np.broadcast_to(given.reshape(-1), (width,)).copy()
+    if noise_kind == "relative_rms":
+        per_state *= np.sqrt(np.nanmean(values**2, axis=0))
+    return per_state
 
 
 def from_state_scale(transformed, z0, z0_stderr):

@@ -295,6 +295,7 @@ class AdjointODE(ODEEstimator):
             data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
                                                           True, x0_bounds)
             model, noise_kind = transformed, "absolute"
+
         def attempt(theta_start):
             objective, u0 = objective_for_experiments(
                 model, data, theta0=theta_start, fitted=fitted, sigma=self.sigma,

@@ -17,6 +17,7 @@ from .._estimator import (
     on_state_scale,
     release_fixed,
     require_t0_at_first_time,
+    sigma_per_state,
     standard_errors,
     warn_not_converged,
 )
@@ -280,18 +281,13 @@ class BCDProxODE(ODEEstimator):
         if self.sigma is None and not log:
             return None
         n_states, observed = self.model.n_states, list(data.observed)
-        sigma = np.ones(len(observed)) if self.sigma is None else np.asarray(self.sigma,
-                                                                                 float)
-        if sigma.size not in (1, len(observed)) or np.any(sigma <= 0):
-            raise ValueError(f"BCDProxODE takes sigma as one positive value or one per "
-                             f"observed state ({len(observed)}); got {self.sigma!r}.")
         values = np.vstack([e.Y for e in data.experiments])
         if log:
             with np.errstate(divide="ignore", invalid="ignore"):
                 values = np.log(values)
         rms = np.sqrt(np.nanmean(values**2, axis=0))
-        per_state = np.broadcast_to(sigma, (len(observed),)) * (
-            rms if self.noise_kind == "relative_rms" else 1.0)
+        per_state = sigma_per_state(1.0 if self.sigma is None else self.sigma,
+                                    self.noise_kind, values, type(self).__name__)
         scale = np.ones(n_states)
         scale[observed] = per_state
         relative = float(np.mean(per_state / np.maximum(rms, 1e-300)))
@@ -307,11 +303,11 @@ class BCDProxODE(ODEEstimator):
         can fit: steps beyond the explicit scheme's stability, or a hidden state that no
         observation reaches through its own equation."""
         times = [e.t for e in data.experiments]
+        jacobians = [fit_model.jac_x(t[:-1], X[:-1], res.theta)
+                     for t, X in zip(times, res.states)]
         worst, where = 0.0, 0.0
-        for t, X in zip(times, res.states):
-            rates = np.max(np.abs(np.linalg.eigvals(fit_model.jac_x(t[:-1], X[:-1],
-                                                                     res.theta))), axis=1)
-            products = np.diff(t) * rates
+        for t, J in zip(times, jacobians):
+            products = np.diff(t) * np.max(np.abs(np.linalg.eigvals(J)), axis=1)
             k = int(np.argmax(products))
             if products[k] > worst:
                 worst, where = float(products[k]), float(t[k])
@@ -324,8 +320,7 @@ class BCDProxODE(ODEEstimator):
                 f"substeps (now {self.substeps}) to add grid times between the samples, or "
                 "use AdjointODE, which integrates between samples.",
                 PoorFitWarning, stacklevel=3)
-        decoupled = decoupled_hidden_states(fit_model, res.theta, res.states, times,
-                                            data.observed)
+        decoupled = decoupled_hidden_states(jacobians, data.observed)
         if decoupled:
             names = [self.model.state_names[i] for i in decoupled]
             warnings.warn(
@@ -367,7 +362,7 @@ class BCDProxODE(ODEEstimator):
         if weights is not None:  # the fidelity weighted per state: fit in scaled states
             data, transformed, x0_bounds = on_state_scale(model, data, *weights, x0_bounds)
         fit_model, theta0, bounds = self._bounded_theta_problem(transformed)
-        data = with_substeps(data, self.substeps)
+        data = grid = with_substeps(data, self.substeps)  # the grid X* lives on
         starts = [start_states(fit_model, theta0, e, data.observed, name)
                   for e in data.experiments]
 
@@ -391,8 +386,7 @@ class BCDProxODE(ODEEstimator):
         x0s = np.array([X[0] for X in states])
         data = original
         predicted = []
-        grid = with_substeps(data, self.substeps)  # the recursion runs on the fitted grid
-        for e, x0 in zip(grid.experiments, x0s):
+        for e, x0 in zip(grid.experiments, x0s):  # the recursion runs on the fitted grid
             with np.errstate(over="ignore", invalid="ignore"):
                 predicted.append(ab_integrate(lambda s, x: model.f(s, x, theta), x0, e.t,
                                               self.order)[::self.substeps])

@@ -18,10 +18,11 @@ the start is where the data enter; the iterations then move every entry, observe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from .._validation import Experiment, ExperimentData
 from ..exceptions import DivergenceError
 
 __all__ = ["decoupled_hidden_states", "observed_entries", "start_states", "with_substeps"]
@@ -111,7 +112,7 @@ def observed_entries(experiment, observed, n_states):
     return entries
 
 
-def decoupled_hidden_states(model, theta, states, times, observed):
+def decoupled_hidden_states(jacobians, observed):
     """The hidden states whose own equations involve no observed state anywhere.
 
     The data reach such a state only through the other equations, which the block iteration
@@ -121,22 +122,16 @@ def decoupled_hidden_states(model, theta, states, times, observed):
 
     Parameters
     ----------
-    model : ODEModel
-    theta : ndarray of shape (n_params,)
-    states : sequence of ndarray of shape (n_times_e, n_states)
-    times : sequence of ndarray of shape (n_times_e,)
+    jacobians : sequence of ndarray of shape (n_points, n_states, n_states)
+        ``df/dx`` on every experiment's grid.
     observed : tuple of int
 
     Returns
     -------
     list of int
     """
-    hidden = [i for i in range(model.n_states) if i not in observed]
-    if not hidden:
-        return []
-    coupled = np.zeros((model.n_states, model.n_states), dtype=bool)
-    for t, X in zip(times, states):
-        coupled |= np.any(model.jac_x(t, X, theta) != 0, axis=0)
+    coupled = np.any([np.any(J != 0, axis=0) for J in jacobians], axis=0)
+    hidden = [i for i in range(coupled.shape[0]) if i not in observed]
     return [h for h in hidden if not coupled[h, list(observed)].any()]
 
 
@@ -162,8 +157,5 @@ def with_substeps(data, substeps):
         Y = np.full((t.size, e.Y.shape[1]), np.nan)
         mask = np.zeros(Y.shape, dtype=bool)
         Y[::substeps], mask[::substeps] = e.Y, e.mask
-        experiments.append(Experiment(t=t, Y=Y, mask=mask, t0=e.t0, x0=e.x0,
-                                      estimate_x0=e.estimate_x0))
-    return ExperimentData(experiments=tuple(experiments), observed=data.observed,
-                          n_states=data.n_states, several=data.several, y_ndim=data.y_ndim,
-                          feature_names=data.feature_names)
+        experiments.append(replace(e, t=t, Y=Y, mask=mask))
+    return replace(data, experiments=tuple(experiments))

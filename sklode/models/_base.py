@@ -563,12 +563,8 @@ class HeldParameters(ODEModel):
         self._scatter = torch.from_numpy(scatter)
         self._held = torch.tensor(np.where(self.fitted, 0.0, self.values), dtype=_DTYPE)
 
-    @classmethod
-    def _constant_names(cls):
-        return ["model", "fitted", "values"]
-
-    def __getstate__(self):
-        return {"model": self.model, "fitted": self.fitted, "values": self.values}
+    def __getstate__(self):  # rebuilt from its constants: the torch tensors follow
+        return self.get_constants()
 
     def __setstate__(self, state):
         self.__init__(**state)
@@ -636,12 +632,8 @@ class ScaledStates(ODEModel):
         self.default_theta = model.default_theta
         self._scale = torch.tensor(self.scale, dtype=_DTYPE)
 
-    @classmethod
-    def _constant_names(cls):
-        return ["model", "scale", "log"]
-
-    def __getstate__(self):
-        return {"model": self.model, "scale": self.scale, "log": self.log}
+    def __getstate__(self):  # rebuilt from its constants: the torch tensors follow
+        return self.get_constants()
 
     def __setstate__(self, state):
         self.__init__(**state)

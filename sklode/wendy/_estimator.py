@@ -18,6 +18,7 @@ from .._estimator import (
     release_fixed,
     require_observed,
     require_t0_at_first_time,
+    sigma_per_state,
     standard_errors,
     warn_not_converged,
 )
@@ -336,14 +337,7 @@ class WENDyODE(ODEEstimator):
         """``sigma`` per state in the fitted states, or None to estimate it."""
         if self.sigma is None:
             return None
-        n_states = Us[0].shape[1]
-        sigma = np.asarray(self.sigma, dtype=np.float64)
-        if sigma.size not in (1, n_states) or np.any(sigma <= 0):
-            raise ValueError(f"WENDyODE takes sigma as one positive value or one per state "
-                             f"({n_states}); got {self.sigma!r}.")
-        if self.noise_kind == "relative_rms":
-            sigma = sigma * np.sqrt(np.mean(np.vstack(Us) ** 2, axis=0))
-        return np.broadcast_to(sigma, (n_states,)).copy()
+        return sigma_per_state(self.sigma, self.noise_kind, np.vstack(Us), type(self).__name__)
 
     def _initial_state(self, model, experiment, t, U, theta, sigma, radius, x0_bounds):
         """``x0`` of one experiment and its standard errors: known components as given, the
