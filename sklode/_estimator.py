@@ -29,6 +29,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._initial_state import SHOOT_RTOL, shoot_initial_state
+from ._uncertainty import warn_unidentifiable
 from ._validation import (
     NOISE_KINDS,
     _is_experiment_list,
@@ -43,7 +44,7 @@ from .integrate import INTEGRATORS, simulate
 from .models import check_model
 from .models._base import HeldParameters, ScaledStates
 
-__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "hold_fixed",
+__all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "full_theta", "hold_fixed",
            "is_linear_on_data", "misfit_ratios", "on_state_scale", "release_fixed",
            "require_observed", "require_t0_at_first_time", "sigma_per_state", "standard_errors",
            "warn_not_converged"]
@@ -174,6 +175,26 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 f"{POOR_FIT_RATIO:g}). theta_ may be a local optimum or the method may not "
                 f"suit these data. {advice}", PoorFitWarning, stacklevel=3)
         return {"fit_adequate_": adequate, "misfit_ratio_": ratios}
+
+    def _uncertainty_attributes(self, uncertainty, data, fitted, transformed=None, z0s=None):
+        """``theta_cov_``, ``theta_stderr_``, ``x0_stderr_`` and ``unidentifiable_`` from a
+        :class:`~sklode._uncertainty.FitUncertainty` (warning when the data cannot pin
+        something down). ``transformed``/``z0s``: the fitted states' model and the initial
+        states in them, when the fit ran in scaled states (standard errors are mapped back).
+        """
+        warn_unidentifiable(type(self).__name__, uncertainty.unidentifiable, stacklevel=4)
+        cov, n_params = uncertainty.cov, self.model.n_params
+        mask = np.array([e.estimate_x0 for e in data.experiments])
+        n_x0 = int(mask.sum())
+        theta_cov = np.zeros((n_params, n_params))  # held parameters: zero
+        theta_cov[np.ix_(fitted, fitted)] = cov[n_x0:, n_x0:]
+        x0_stderr = np.zeros(mask.shape)
+        x0_stderr[mask] = standard_errors(cov[:n_x0, :n_x0])
+        if transformed is not None:
+            x0_stderr = from_state_scale(transformed, z0s, x0_stderr)[1]
+        return {"theta_cov_": theta_cov, "theta_stderr_": standard_errors(theta_cov),
+                "x0_stderr_": x0_stderr if data.several else x0_stderr[0],
+                "unidentifiable_": uncertainty.unidentifiable}
 
     # ------------------------------------------------------------------ prediction
     def _simulation_options(self):
@@ -605,7 +626,24 @@ def release_fixed(model, theta, cov):
     fitted = np.array(model.fitted)
     whole = np.zeros((fitted.size, fitted.size))
     whole[np.ix_(fitted, fitted)] = cov
-    return model.full(theta), whole
+    return full_theta(model, theta), whole
+
+
+def full_theta(model, theta):
+    """The whole parameter vector from the fitted ones (held values filled in).
+
+    Parameters
+    ----------
+    model : ODEModel
+        What :func:`hold_fixed` returned.
+    theta : ndarray
+        Fitted parameters.
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+    """
+    return model.full(theta) if isinstance(model, HeldParameters) else theta
 
 
 def initial_times(data):

@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 __all__ = [
     "ConvergenceWarning",
     "DivergenceError",
+    "IdentifiabilityWarning",
     "IntegrationError",
     "ModelError",
     "NotLinearInThetaError",
@@ -81,3 +82,9 @@ class DivergenceError(SklodeError, FloatingPointError):
 class PoorFitWarning(UserWarning):
     """A fit finished (perhaps converged) but the method has reason to distrust it: the
     message says why and what to try instead."""
+
+
+class IdentifiabilityWarning(UserWarning):
+    """The data cannot pin down some parameters or initial values (their Fisher information
+    is singular or nearly so): the message names them and the combination the data do
+    determine; their standard errors are infinite."""

@@ -1,8 +1,8 @@
 """The adjoint method (seed 002): forward-solver weighted least squares with exact gradients.
 
 * :class:`AdjointODE` -- the estimator;
-* :func:`adjoint_solve` -- its optimisers on a cost (an :class:`AdjointResult` out), and
-  :func:`gauss_newton_covariance`;
+* :func:`adjoint_solve` -- its optimisers on a cost (an :class:`AdjointResult` out; the
+  covariance of the fit is :mod:`sklode._uncertainty`'s, shared by the three estimators);
 * :func:`build_objective` -- the exact cost AdjointODE minimises, posed from the
   estimator's own keyword arguments (:class:`LeastSquaresObjective`);
 * :func:`sensitivities`, :func:`adjoint_gradient` -- the two derivative passes on a stored
@@ -12,8 +12,8 @@
 from ._estimator import AdjointODE
 from ._objective import NOISE_KINDS, LeastSquaresObjective, build_objective
 from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
-from ._solver import OPTIMIZERS, AdjointResult, adjoint_solve, gauss_newton_covariance
+from ._solver import OPTIMIZERS, AdjointResult, adjoint_solve
 
 __all__ = ["NOISE_KINDS", "OPTIMIZERS", "AdjointODE", "AdjointResult", "LeastSquaresObjective",
            "adjoint_gradient", "adjoint_solve", "build_objective", "forward_trajectory",
-           "gauss_newton_covariance", "sensitivities"]
+           "sensitivities"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -15,19 +16,27 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
-    estimated_x0_mask,
-    from_state_scale,
     initial_times,
     on_state_scale,
-    standard_errors,
     warn_not_converged,
 )
+from .._uncertainty import fit_uncertainty, unknown_names
 from .._validation import check_bounds, check_fixed
 from ..exceptions import IntegrationError, SklodeError
 from ._objective import NOISE_KINDS, objective_for_experiments
-from ._solver import OPTIMIZERS, adjoint_solve, gauss_newton_covariance
+from ._solver import OPTIMIZERS, adjoint_solve
 
 __all__ = ["AdjointODE"]
+
+
+class _Posed(NamedTuple):
+    """The problem AdjointODE's cost is posed on (see ``AdjointODE._fitted_states``)."""
+
+    model: object
+    data: object
+    transformed: object  # the ScaledStates of log-normal noise, or None
+    noise_kind: str
+    x0_bounds: object
 
 
 class AdjointODE(ODEEstimator):
@@ -280,45 +289,13 @@ class AdjointODE(ODEEstimator):
         IntegrationError
             The ODE cannot be solved at the starting point.
         """
-        name = type(self).__name__
         data = self._validate_data(t, Y)
-        model = self.model
         start_theta, data, start_note = self._start_from_init(t, Y, data)
-        fitted, theta0 = check_fixed(self.fixed, start_theta, model)
-        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
-        original, transformed, noise_kind = data, None, self.noise_kind
-        if noise_kind == "lognormal":  # residuals of log x against log y
-            if self.x0_prior is not None or self.invariant is not None:
-                raise ValueError("noise_kind='lognormal' fits the logarithm of the states; "
-                                 "x0_prior and invariant are stated in the states "
-                                 "themselves and cannot be combined with it.")
-            data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
-                                                          True, x0_bounds)
-            model, noise_kind = transformed, "absolute"
-
-        def attempt(theta_start):
-            objective, u0 = objective_for_experiments(
-                model, data, theta0=theta_start, fitted=fitted, sigma=self.sigma,
-                noise_kind=noise_kind, x0_prior=self.x0_prior,
-                x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
-                invariant_weight=self.invariant_weight, positive=self.positive,
-                integrator=self.integrator, rtol=self.rtol, atol=self.atol,
-                estimator_name=name)
-            bounds = self._bounds_in_u(objective, x0_bounds)
-            if bounds is not None:  # start strictly inside the box
-                span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
-                u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
-            try:
-                res = adjoint_solve(objective, u0, optimizer=self.optimizer,
-                                    gradient=self.gradient, bounds=bounds, tol=self.tol,
-                                    max_iter=self.max_iter, verbose=self.verbose)
-            except IntegrationError as exc:
-                return objective, exc
-            return objective, res
-
+        fitted, theta0 = check_fixed(self.fixed, start_theta, self.model)
+        problem = self._fitted_states(data)
         starts = self._random_starts(theta0, fitted)
         outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(attempt)(start) for start in starts)
+            delayed(self._solve)(problem, start, fitted) for start in starts)
         finished = [(objective.cost(res.u), k) for k, (objective, res) in enumerate(outcomes)
                     if not isinstance(res, Exception)]
         if not finished:
@@ -331,22 +308,19 @@ class AdjointODE(ODEEstimator):
                            f"{len(starts) - len(finished)} could not be integrated)")
 
         x0, theta = objective.split(objective.to_z(res.u))
-        cov = gauss_newton_covariance(objective, res.u)
-        theta_cov = np.zeros((model.n_params, model.n_params))  # held parameters: zero
-        theta_cov[np.ix_(fitted, fitted)] = cov[objective.n_x0:, objective.n_x0:]
-        x0_stderr = np.zeros(x0.shape)
-        x0_stderr[estimated_x0_mask(data)] = standard_errors(cov)[: objective.n_x0]
-        if transformed is not None:
-            x0, x0_stderr = from_state_scale(transformed, x0, x0_stderr)
-        model, data = self.model, original
+        uncertainty = fit_uncertainty(objective, res.u,
+                                      unknown_names(objective, problem.model, data.several))
+        z0s = x0
+        if problem.transformed is not None:
+            x0 = problem.transformed.to_x(x0)
         if not res.converged:
             other = "optimizer='BFGS'" if self.optimizer == "trf" else "optimizer='trf'"
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}), loosen tol (now "
                                f"{self.tol}) or try {other}.")
         return self._set_fitted(
-            theta_=theta, x0_=x0, t0_=initial_times(data), theta_cov_=theta_cov,
-            theta_stderr_=standard_errors(theta_cov), x0_stderr_=x0_stderr,
+            theta_=theta, x0_=x0, t0_=initial_times(data),
+            **self._uncertainty_attributes(uncertainty, data, fitted, problem.transformed, z0s),
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
             n_iter_=res.n_iter, n_solves_=n_solves,
             converged_=bool(res.converged), stop_reason_=res.stop_reason,
@@ -355,6 +329,44 @@ class AdjointODE(ODEEstimator):
                                "theta0" + ("" if self.init is not None else
                                            ", or init='bcdprox' or 'wendy'") + "."),
             **self._data_attributes(data))
+
+    def _fitted_states(self, data):
+        """The problem in the states the cost is posed in: the log of the states for
+        log-normal noise (model, data and x0 bounds transformed), else as validated."""
+        model = self.model
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        if self.noise_kind != "lognormal":
+            return _Posed(model, data, None, self.noise_kind, x0_bounds)
+        if self.x0_prior is not None or self.invariant is not None:
+            raise ValueError("noise_kind='lognormal' fits the logarithm of the states; "
+                             "x0_prior and invariant are stated in the states "
+                             "themselves and cannot be combined with it.")
+        data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
+                                                      True, x0_bounds)
+        return _Posed(transformed, data, transformed, "absolute", x0_bounds)
+
+    def _solve(self, problem, theta_start, fitted, *, max_iter=None):
+        """``(objective, result)`` of one optimisation from ``theta_start`` (and the data's
+        x0), the result an IntegrationError where the start cannot be integrated."""
+        objective, u0 = objective_for_experiments(
+            problem.model, problem.data, theta0=theta_start, fitted=fitted, sigma=self.sigma,
+            noise_kind=problem.noise_kind, x0_prior=self.x0_prior,
+            x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
+            invariant_weight=self.invariant_weight, positive=self.positive,
+            integrator=self.integrator, rtol=self.rtol, atol=self.atol,
+            estimator_name=type(self).__name__)
+        bounds = self._bounds_in_u(objective, problem.x0_bounds)
+        if bounds is not None:  # start strictly inside the box
+            span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
+            u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
+        try:
+            res = adjoint_solve(objective, u0, optimizer=self.optimizer,
+                                gradient=self.gradient, bounds=bounds, tol=self.tol,
+                                max_iter=self.max_iter if max_iter is None else max_iter,
+                                verbose=self.verbose)
+        except IntegrationError as exc:
+            return objective, exc
+        return objective, res
 
     def _random_starts(self, theta0, fitted):
         """``theta0`` and ``n_starts - 1`` random starts around it, drawn up front from

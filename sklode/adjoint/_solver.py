@@ -1,5 +1,5 @@
 """AdjointODE's optimisers on a :class:`~._objective.LeastSquaresObjective`: one entry point,
-:func:`adjoint_solve`, returning an :class:`AdjointResult`, and the Gauss-Newton covariance.
+:func:`adjoint_solve`, returning an :class:`AdjointResult`.
 
 Gauss-Newton type methods (scipy's trust-region ``least_squares``, the default) use the
 forward-sensitivity Jacobian of the residual; gradient methods (BFGS, L-BFGS-B, the four
@@ -17,7 +17,7 @@ from scipy.optimize import least_squares, minimize
 from ..exceptions import IntegrationError
 from ._cg import nonlinear_cg
 
-__all__ = ["OPTIMIZERS", "AdjointResult", "adjoint_solve", "gauss_newton_covariance"]
+__all__ = ["OPTIMIZERS", "AdjointResult", "adjoint_solve"]
 
 logger = logging.getLogger("sklode")
 
@@ -218,33 +218,6 @@ def _gradient_method(objective, u0, optimizer, gradient, bounds, tol, max_iter, 
         reason = f"max_iter={max_iter} reached ({reason})"
     return AdjointResult(u=res.x, n_iter=int(res.nit), converged=converged, stop_reason=reason,
                          solver=f"{optimizer} ({method} gradient)")
-
-
-def gauss_newton_covariance(objective, u):
-    """Gauss-Newton covariance of ``z = [x0[free], theta]`` at the optimum ``u``:
-    ``s^2 (J^T J)^+`` with ``s^2`` the reduced chi-square of the data residuals.
-
-    Parameters
-    ----------
-    objective : LeastSquaresObjective
-        The cost.
-    u : ndarray
-        The optimum, in optimiser variables.
-
-    Returns
-    -------
-    ndarray of shape (n_unknowns, n_unknowns)
-        NaN where the ODE cannot be solved at ``u``.
-    """
-    try:
-        J = objective.jacobian_z(u)
-        r = objective.residual(u)
-    except IntegrationError:
-        return np.full((u.size, u.size), np.nan)
-    m_data = objective.n_data_rows  # the data rows come first in r (zero where missing)
-    dof = max(objective.n_data - u.size, 1)
-    chi2 = float(np.sum(r[:m_data] ** 2)) / dof
-    return chi2 * np.linalg.pinv(J.T @ J)
 
 
 # How far inside a bound BoxMap places a start that lies on or beyond it.

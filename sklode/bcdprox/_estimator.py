@@ -12,16 +12,15 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
-    estimated_x0_mask,
+    full_theta,
     initial_times,
     on_state_scale,
-    release_fixed,
     require_t0_at_first_time,
     sigma_per_state,
-    standard_errors,
     warn_not_converged,
 )
-from .._validation import check_bounds
+from .._uncertainty import uncertainty_at_fit
+from .._validation import check_bounds, check_fixed
 from ..exceptions import PoorFitWarning
 from ._solver import bcd_prox_solve
 from ._start import decoupled_hidden_states, observed_entries, start_states, with_substeps
@@ -362,6 +361,7 @@ class BCDProxODE(ODEEstimator):
         if weights is not None:  # the fidelity weighted per state: fit in scaled states
             data, transformed, x0_bounds = on_state_scale(model, data, *weights, x0_bounds)
         fit_model, theta0, bounds = self._bounded_theta_problem(transformed)
+        scaled = data  # the data in the fitted states, at the sampling times
         data = grid = with_substeps(data, self.substeps)  # the grid X* lives on
         starts = [start_states(fit_model, theta0, e, data.observed, name)
                   for e in data.experiments]
@@ -379,7 +379,14 @@ class BCDProxODE(ODEEstimator):
             stop=self.stop, tol=self.tol, max_iter=self.max_iter, bounds=bounds,
             verbose=self.verbose)
 
-        theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
+        theta = full_theta(fit_model, res.theta)
+        # The filtered states carry no sampling error of their own, so theta_'s uncertainty
+        # is that of the output-error problem at BCD-prox's (theta, x0).
+        fitted = check_fixed(self.fixed, self._initial_theta(), model)[0]
+        z0s = np.array([X[0] for X in res.states])
+        uncertainty = uncertainty_at_fit(
+            model if transformed is None else transformed, scaled, theta, z0s, fitted=fitted,
+            sigma=None if self.sigma is None else 1.0, options=self._simulation_options())[0]
         states = res.states if transformed is None else [transformed.to_x(X)
                                                          for X in res.states]
         states = [X[::self.substeps] for X in states]  # at the sampling times
@@ -407,11 +414,10 @@ class BCDProxODE(ODEEstimator):
         def per_experiment(values):
             return list(values) if data.several else values[0]
 
-        estimated = estimated_x0_mask(data)
         return self._set_fitted(
-            theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
-            states_=per_experiment(states), x0_=x0s if data.several else x0s[0],
-            x0_stderr_=np.where(estimated, np.nan, 0.0), t0_=initial_times(data),
+            theta_=theta, states_=per_experiment(states), x0_=x0s if data.several else x0s[0],
+            **self._uncertainty_attributes(uncertainty, data, fitted, transformed, z0s),
+            t0_=initial_times(data),
             predicted_states_=per_experiment(predicted),
             fidelity_history_=list(res.fidelity_history), n_iter_=res.n_iter,
             converged_=res.converged, stop_reason_=res.stop_reason, solver_=res.solver,

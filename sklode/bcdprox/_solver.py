@@ -42,8 +42,6 @@ class BCDProxResult:
     states : list of ndarray of shape (n_times_e, n_states)
         The filtered states ``X*`` of each experiment, a true image of the outer map (never
         an extrapolation).
-    theta_cov : ndarray of shape (n_params, n_params)
-        Gauss-Newton covariance of the last theta-step, given ``X*``.
     fidelity_history : list of float
         ``E`` (summed over experiments) after each outer iteration.
     n_iter : int
@@ -58,7 +56,6 @@ class BCDProxResult:
 
     theta: np.ndarray
     states: list
-    theta_cov: np.ndarray
     fidelity_history: list
     n_iter: int
     converged: bool
@@ -113,15 +110,6 @@ def _lbfgs_x_step(model, grid, anchor, theta, lam, fixed):
                    options={"maxcor": 100})
     X = res.x.reshape(anchor.shape)
     return X, fid.fidelity(model, grid, X, theta)
-
-
-def _theta_covariance(model, grids, Xs, theta):
-    """``s^2 (G^T G)^-1`` of the theta-step at ``X``, with ``s^2 = E / (n_residuals - p)``:
-    the uncertainty of theta given the filtered states (not of the states themselves)."""
-    G = fid.stacked_theta_jacobian(model, grids, Xs, theta)
-    R = fid.stacked_residual(model, grids, Xs, theta)
-    dof = max(R.size - theta.size, 1)
-    return float(np.sum(R * R)) / dof * np.linalg.pinv(G.T @ G)
 
 
 def _as_list(value):
@@ -209,7 +197,7 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
         first = bcd_prox_solve(model, t, starts, theta0, held=first_held, **options)
         second = bcd_prox_solve(model, t, first.states, first.theta, held=held, **options)
         return BCDProxResult(
-            theta=second.theta, states=second.states, theta_cov=second.theta_cov,
+            theta=second.theta, states=second.states,
             fidelity_history=first.fidelity_history + second.fidelity_history,
             n_iter=first.n_iter + second.n_iter,
             converged=first.converged and second.converged,
@@ -332,10 +320,8 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
     solver += ", Anderson-accelerated" if acceleration == "anderson" else ", plain iteration"
     if len(Xs) > 1:
         solver += f", {len(Xs)} experiments"
-    return BCDProxResult(theta=theta, states=Xs,
-                         theta_cov=_theta_covariance(model, grids, Xs, theta),
-                         fidelity_history=history, n_iter=n_iter, converged=converged,
-                         stop_reason=stop_reason, solver=solver)
+    return BCDProxResult(theta=theta, states=Xs, fidelity_history=history, n_iter=n_iter,
+                         converged=converged, stop_reason=stop_reason, solver=solver)
 
 
 def _anderson_update(X, X_image, residual_fp, G_hist, F_hist, memory):

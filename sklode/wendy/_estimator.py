@@ -11,15 +11,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
-    from_state_scale,
+    estimated_x0_mask,
+    full_theta,
     initial_times,
     is_linear_on_data,
     on_state_scale,
-    release_fixed,
     require_observed,
     require_t0_at_first_time,
     sigma_per_state,
-    standard_errors,
     warn_not_converged,
 )
 from .._initial_state import (
@@ -28,7 +27,8 @@ from .._initial_state import (
     shooting_window,
     smoothed_x0,
 )
-from .._validation import check_bounds
+from .._uncertainty import uncertainty_at_fit
+from .._validation import check_bounds, check_fixed
 from ._irls import wendy_solve
 from ._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
@@ -302,17 +302,21 @@ class WENDyODE(ODEEstimator):
                           max_test_functions=self.max_test_functions, bounds=bounds,
                           bias_correction=self.bias_correction,
                           sigma=self._given_noise(Us), verbose=self.verbose)
-        theta, theta_cov = release_fixed(fit_model, res.theta, res.theta_cov)
-        theta_ols = release_fixed(fit_model, res.theta_ols, res.theta_cov)[0]
+        theta = full_theta(fit_model, res.theta)
+        theta_ols = full_theta(fit_model, res.theta_ols)
         shooting_model = model if transformed is None else transformed
         starts = [self._initial_state(shooting_model, e, tk, Uk, theta, sk, radii[0],
                                       x0_bounds)
                   for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
                                                    res.radii)]
-        x0s = np.array([x for x, _ in starts])
-        x0_stderrs = np.array([se for _, se in starts])
-        if transformed is not None:
-            x0s, x0_stderrs = from_state_scale(transformed, x0s, x0_stderrs)
+        z0s = np.array([x for x, _ in starts])
+        # theta_'s covariance is WENDy's own; the initial values', the shooting's given
+        # theta plus theta's propagated through them (smoothing gives none: NaN).
+        fitted = check_fixed(self.fixed, self._initial_theta(), model)[0]
+        uncertainty = uncertainty_at_fit(
+            shooting_model, data, theta, z0s, fitted=fitted, theta_cov=res.theta_cov,
+            options=self._simulation_options())[0]
+        x0s = z0s if transformed is None else transformed.to_x(z0s)
         data = original
 
         if not res.converged:
@@ -320,10 +324,14 @@ class WENDyODE(ODEEstimator):
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
                                f"{self.tol}).")
         several = data.several
+        uncertainty_attributes = self._uncertainty_attributes(uncertainty, data, fitted,
+                                                              transformed, z0s)
+        if self.x0_method == "smoothing":
+            uncertainty_attributes["x0_stderr_"] = np.where(estimated_x0_mask(data), np.nan,
+                                                            0.0)
         return self._set_fitted(
-            theta_=theta, theta_cov_=theta_cov, theta_stderr_=standard_errors(theta_cov),
-            sigma_=res.sigma, theta_ols_=theta_ols, x0_=x0s if several else x0s[0],
-            x0_stderr_=x0_stderrs if several else x0_stderrs[0], t0_=initial_times(data),
+            theta_=theta, sigma_=res.sigma, theta_ols_=theta_ols,
+            x0_=x0s if several else x0s[0], **uncertainty_attributes, t0_=initial_times(data),
             n_iter_=res.n_iter, converged_=res.converged, stop_reason_=res.stop_reason,
             solver_=res.solver + (f", {data.n_experiments} experiments" if several else ""),
             n_test_functions_=res.n_test_functions,

@@ -1,0 +1,317 @@
+"""The uncertainty of a fit, computed the same way for the three estimators.
+
+Whatever method found ``theta_`` and ``x0_``, the data are modelled the same way: each
+observation is the ODE's solution plus noise. So the standard errors come from one place,
+the Gauss-Newton (Fisher information) covariance of that output-error least-squares problem
+at the fitted point,
+
+    cov(z) = (J^T W J)^-1,    z = [x0_1[free], ..., x0_K[free], theta[fitted]],
+
+with ``J`` the forward-sensitivity Jacobian of the predicted observations and ``W`` the
+inverse noise variances (estimated from the residuals when not given). The same Jacobian
+answers the identifiability question: a column that is zero (an unknown the observations do
+not depend on) or a set of columns that are collinear (unknowns the data see only in a
+combination, like a rate and the initial value of the hidden state it multiplies) leave the
+information singular. Those unknowns get an infinite standard error, never the small one a
+pseudo-inverse would report, and :class:`~sklode.exceptions.IdentifiabilityWarning` names
+them and the combination the data do determine.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .exceptions import IdentifiabilityWarning, IntegrationError
+
+__all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "unknown_names",
+           "warn_unidentifiable"]
+
+#: Unknowns whose sensitivity columns, each scaled to unit length, span a direction with a
+#: singular value below this are structurally unidentifiable: no amount of data at this
+#: noise model separates them. Measured on a rate times a hidden state's initial value
+#: (Lotka-Volterra, prey only): 6e-9 at the default rtol=1e-8, 5e-7 at rtol=1e-6 (the
+#: accuracy of the sensitivities), while the next singular value is 1e-2 and the papers'
+#: identifiable problems have 2e-5 (Hindmarsh-Rose, 10 parameters) or more.
+COLLINEARITY_TOL = 1e-6
+#: A combination of unknowns whose standard error exceeds this fraction of their values (in
+#: relative units: 1 = 100 %, so the 95 % interval spans zero and beyond) is practically
+#: unidentifiable: the data leave it free, though not exactly.
+PRACTICAL_TOL = 1.0
+# A column this much smaller than the largest (both in relative units) is a zero sensitivity.
+_ZERO_COLUMN = 1e-10
+# Components of a weak direction (unit vector) at least this large are named in it.
+_INVOLVED = 0.3
+
+
+@dataclass(frozen=True)
+class FitUncertainty:
+    """Covariance of the unknowns and what the data cannot determine.
+
+    Attributes
+    ----------
+    cov : ndarray of shape (n_unknowns, n_unknowns)
+        Infinite on the diagonal and NaN off it for unidentifiable unknowns; all NaN when the
+        ODE cannot be solved at the fit.
+    unidentifiable : tuple of str
+        One description per combination of unknowns the data cannot pin down.
+    """
+
+    cov: np.ndarray
+    unidentifiable: tuple
+
+
+def unknown_names(objective, model, several):
+    """Names of the unknowns ``z``: ``x0[state]`` (``x0[k][state]`` for experiment k of
+    several), then the fitted parameters.
+
+    Parameters
+    ----------
+    objective : LeastSquaresObjective or ExperimentsObjective
+    model : ODEModel
+    several : bool
+        Whether the data hold several experiments.
+
+    Returns
+    -------
+    list of str
+    """
+    parts = getattr(objective, "parts", [objective])
+    names = []
+    for k, part in enumerate(parts):
+        prefix = f"x0[{k}]" if several else "x0"
+        names += [f"{prefix}[{model.state_names[s]}]" for s in part.x0_states]
+    return names + [n for n, f in zip(model.param_names, objective.fitted) if f]
+
+
+def _data_row_columns(objective):
+    """The observed-state column of every data row of the residual, and whether the row is
+    an observation (missing entries are zero rows)."""
+    parts = getattr(objective, "parts", [objective])
+    columns = np.concatenate([np.tile(np.arange(p.Y.shape[1]), p.Y.shape[0]) for p in parts])
+    present = np.concatenate([p.mask.ravel() for p in parts])
+    return columns, present
+
+
+def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
+    """The Gauss-Newton covariance of the unknowns at ``u`` and the identifiability check.
+
+    Parameters
+    ----------
+    objective : LeastSquaresObjective or ExperimentsObjective
+        The output-error cost (:mod:`sklode.adjoint._objective`), weighted by the noise
+        model's standard deviations.
+    u : ndarray
+        The fit, in the objective's optimiser variables.
+    names : list of str
+        Names of the unknowns (:func:`unknown_names`), for the messages.
+    noise : {"given", "per_state"}, default="given"
+        ``"given"``: the weights are right up to one common factor, estimated by the reduced
+        chi-square of the data residuals (AdjointODE's convention). ``"per_state"``: every
+        observed state's noise variance is estimated from its own residuals (the estimators
+        that estimate one noise level per state).
+    theta_cov : ndarray of shape (n_fitted, n_fitted), optional
+        The method's own covariance of the fitted parameters (WENDy's), which then replaces
+        the Gauss-Newton one; the initial values' covariance becomes the conditional one
+        plus that of theta propagated through them (the delta method: ``x0_hat`` is the
+        best fit for ``theta_hat``, so ``dx0/dtheta = -F_xx^-1 F_xtheta``).
+
+    Returns
+    -------
+    FitUncertainty
+    """
+    n = u.size
+    try:
+        J = objective.jacobian_z(u)
+        r = objective.residual(u)
+    except IntegrationError:
+        return FitUncertainty(np.full((n, n), np.nan), ())
+    rows = objective.n_data_rows  # data rows first, then prior/invariant rows
+    dof_fraction = max(1.0 - n / max(objective.n_data, 1), 1.0 / max(objective.n_data, 1))
+    if noise == "per_state":
+        columns, present = _data_row_columns(objective)
+        J, r = J.copy(), r.copy()
+        for column in np.unique(columns):
+            rows_of = np.flatnonzero((columns == column) & present)
+            # each state's share of the degrees of freedom lost to the n unknowns
+            variance = np.sum(r[rows_of] ** 2) / max(rows_of.size * dof_fraction, 1.0)
+            if variance > 0:
+                J[rows_of] /= np.sqrt(variance)
+        chi2 = 1.0
+    else:
+        chi2 = float(np.sum(r[:rows] ** 2)) / max(objective.n_data - n, 1)
+    return _covariance(J, chi2, objective.to_z(u), _typical_sizes(objective, u), names,
+                       objective.n_x0, theta_cov)
+
+
+def _with_theta_covariance(J, n_x0, theta_cov, joint):
+    """The covariance when theta's comes from elsewhere: ``x0`` is refitted to theta, so its
+    covariance is the conditional one plus theta's propagated (whitened Jacobian ``J``)."""
+    cov = np.zeros_like(joint)
+    cov[n_x0:, n_x0:] = theta_cov
+    if n_x0:
+        F = J.T @ J
+        scale = np.sqrt(np.maximum(np.diag(F)[:n_x0], 1e-300))  # equilibrate F_xx
+        conditional = np.linalg.pinv(F[:n_x0, :n_x0] / np.outer(scale, scale)) / np.outer(
+            scale, scale)
+        A = -conditional @ F[:n_x0, n_x0:]  # d x0_hat / d theta
+        cov[:n_x0, :n_x0] = conditional + A @ theta_cov @ A.T
+        cov[:n_x0, n_x0:] = A @ theta_cov
+        cov[n_x0:, :n_x0] = (A @ theta_cov).T
+    return cov
+
+
+def _typical_sizes(objective, u):
+    """The size each unknown's relative error is measured against: an initial value's state's
+    RMS over its trajectory (so that an initial value near zero is not called unknown), a
+    parameter's own magnitude (1 where it is zero)."""
+    z = objective.to_z(u)
+    sizes = np.where(z != 0, np.abs(z), 1.0)
+    parts = getattr(objective, "parts", [objective])
+    at = 0
+    for k, part in enumerate(parts):
+        own_u = objective._part_u(u, k) if len(parts) > 1 else u
+        states = part._evaluate(own_u)[0].states[:, part.x0_states]
+        rms = np.sqrt(np.mean(states**2, axis=0))
+        sizes[at: at + part.n_x0] = np.maximum(np.abs(z[at: at + part.n_x0]),
+                                               np.where(rms > 0, rms, 1.0))
+        at += part.n_x0
+    return sizes
+
+
+def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
+    """``chi2 (J^T J)^-1`` computed on unit-length columns; unknowns in a structurally
+    unidentifiable direction set to infinite variance; practically unidentifiable ones kept
+    (their variance is already large) but named."""
+    n = z.size
+    norms = np.linalg.norm(J, axis=0)
+    size = norms * sizes  # each column in relative units
+    dead = size <= _ZERO_COLUMN * max(float(np.max(size, initial=0.0)), 1e-300)
+    live = np.flatnonzero(~dead)
+    unidentifiable = [f"{names[k]} (the observations do not depend on it)"
+                      for k in np.flatnonzero(dead)]
+    structural = set(np.flatnonzero(dead).tolist())
+    cov = np.zeros((n, n))
+    if live.size:
+        _, s, Vt = np.linalg.svd(J[:, live] / norms[live], full_matrices=False)
+        weak = s < COLLINEARITY_TOL
+        inverse = np.where(weak, 0.0, 1.0 / np.where(weak, 1.0, s) ** 2)
+        cov[np.ix_(live, live)] = chi2 * ((Vt.T * inverse) @ Vt) / np.outer(norms[live],
+                                                                            norms[live])
+        if theta_cov is not None:
+            cov = _with_theta_covariance(J / np.sqrt(chi2) if chi2 > 0 else J, n_x0,
+                                         theta_cov, cov)
+        for direction in Vt[weak]:
+            members = np.abs(direction) >= _INVOLVED * np.max(np.abs(direction))
+            structural.update(live[members].tolist())
+            relative = direction[members] / (norms[live][members] * z[live][members])
+            unidentifiable.append(_combination([names[k] for k in live[members]], relative))
+    keep = np.array([k for k in range(n) if k not in structural], dtype=int)
+    if keep.size:  # practical: wide directions of the relative covariance
+        variance, W = np.linalg.eigh(cov[np.ix_(keep, keep)] / np.outer(sizes[keep],
+                                                                       sizes[keep]))
+        for value, direction in zip(variance[::-1], W.T[::-1]):
+            if not np.sqrt(max(value, 0.0)) > PRACTICAL_TOL:
+                break
+            members = np.abs(direction) >= _INVOLVED * np.max(np.abs(direction))
+            if members.sum() < 2:  # one imprecise unknown: its large error says it all
+                continue
+            signs = np.sign(z[keep][members]) * direction[members]
+            unidentifiable.append(
+                _combination([names[k] for k in keep[members]], signs)
+                + f" (standard error {np.sqrt(value):.2g} times the values)")
+    if structural:
+        bad = sorted(structural)
+        cov[bad, :] = np.nan
+        cov[:, bad] = np.nan
+        cov[bad, bad] = np.inf
+    return FitUncertainty(cov, tuple(unidentifiable))
+
+
+def _combination(names, relative):
+    """Describe a direction along which the unknowns ``names`` change by ``relative``
+    (relative changes) and the data barely change. For two unknowns the data determine the
+    product of powers orthogonal to it (``b*x0[y]`` when b and x0[y] trade off one for one)."""
+    if len(names) == 1:
+        return names[0]
+    listed = " and ".join(names) if len(names) == 2 else ", ".join(names)
+    if len(names) > 2 or not np.all(np.isfinite(relative)):
+        return f"{listed} separately (only a combination of them is determined)"
+    a, b = relative[1], -relative[0]  # exponents of names[0], names[1] in the invariant
+    a, b = (1.0, b / a) if abs(a) >= abs(b) else (a / b, 1.0)
+    if a < 0:
+        a, b = -a, -b
+
+    def power(name, p):
+        return name if abs(abs(p) - 1) < 0.05 else f"{name}^{abs(p):.2g}"
+
+    joined = "*" if b > 0 else "/"
+    return (f"{listed} separately (the data determine only "
+            f"{power(names[0], a)}{joined}{power(names[1], b)})")
+
+
+def warn_unidentifiable(estimator_name, unidentifiable, stacklevel=3):
+    """Warn, naming every combination of unknowns the data cannot pin down.
+
+    Parameters
+    ----------
+    estimator_name : str
+    unidentifiable : tuple of str
+        From :attr:`FitUncertainty.unidentifiable`.
+    stacklevel : int, default=3
+    """
+    if not unidentifiable:
+        return
+    warnings.warn(
+        f"{estimator_name}: the data cannot pin down " + "; ".join(unidentifiable) + ". Their "
+        "standard errors are infinite (theta_stderr_/x0_stderr_ = inf) and any value along "
+        "that combination fits equally well. Fix one of them (fixed={...} or a known x0), "
+        "observe another state, or add an experiment that separates them.",
+        IdentifiabilityWarning, stacklevel=stacklevel)
+
+
+def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kind="absolute",
+                       theta_cov=None, options):
+    """:func:`fit_uncertainty` of the output-error cost posed at a fit from any method.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The model in the states the method fitted (e.g. log states for log-normal noise).
+    data : ExperimentData
+        The data in those states.
+    theta : ndarray of shape (n_params,)
+    x0s : ndarray of shape (n_experiments, n_states)
+        The fitted initial states, in those states.
+    fitted : ndarray of bool of shape (n_params,)
+        Estimated parameters (the others were held).
+    sigma : float or array-like, optional
+        The noise standard deviations as the method took them (``noise_kind`` reads them);
+        None: one level per observed state, estimated from the residuals.
+    noise_kind : str, default="absolute"
+    theta_cov : ndarray of shape (n_fitted, n_fitted), optional
+        The method's own covariance of the fitted parameters (see :func:`fit_uncertainty`).
+    options : dict
+        ``integrator``, ``rtol``, ``atol`` of the forward solves.
+
+    Returns
+    -------
+    FitUncertainty
+    names : list of str
+        The unknowns' names.
+    """
+    from dataclasses import replace
+
+    from .adjoint._objective import objective_for_experiments
+
+    experiments = tuple(replace(e, x0=np.where(e.estimate_x0, x0, e.x0))
+                        for e, x0 in zip(data.experiments, np.reshape(x0s, (-1, model.n_states))))
+    objective, u = objective_for_experiments(
+        model, replace(data, experiments=experiments), theta0=np.asarray(theta, np.float64),
+        fitted=fitted, sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind,
+        **options)
+    names = unknown_names(objective, model, data.several)
+    return fit_uncertainty(objective, u, names, noise="per_state" if sigma is None else "given",
+                           theta_cov=theta_cov), names
