@@ -158,11 +158,19 @@ class AdjointODE(ODEEstimator):
     t0_ : float or ndarray of shape (n_experiments,)
         Time of ``x0_``.
     theta_cov_ : ndarray of shape (n_params, n_params)
-        Gauss-Newton covariance ``s^2 (J^T J)^-1`` (``s^2`` the reduced chi-square).
+        Gauss-Newton covariance ``s^2 (J^T J)^-1`` of the fitted cost (``s^2`` the reduced
+        chi-square), jointly with the estimated initial values; zero rows for ``fixed``
+        parameters, ``inf`` variance for unidentifiable ones (see ``unidentifiable_``).
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
-        Standard errors of ``x0_``; zero for known components.
+        Standard errors of ``x0_`` from the same covariance; zero for known components.
+    unidentifiable_ : tuple of str
+        The parameters and initial values the data cannot pin down, each with the
+        combination the data do determine (``"x0[predator] and b separately (the data
+        determine only x0[predator]*b)"``); empty when everything is identifiable. Warned
+        as :class:`~sklode.exceptions.IdentifiabilityWarning`; the structurally
+        unidentifiable ones have infinite standard errors.
     loss_history_ : list of float
         Cost ``L`` per iteration (index 0: the start).
     grad_norm_history_ : list of float
@@ -213,6 +221,14 @@ class AdjointODE(ODEEstimator):
     (array([0.86, 0.16, 0.2 , 0.01]), True)
     >>> est.theta_stderr_.round(3)
     array([0.062, 0.01 , 0.005, 0.   ])
+
+    The normal-approximation interval of alpha, and its profile-likelihood interval (the
+    cost is skewed: the profile's upper end lies further out):
+
+    >>> est.confidence_intervals(0.95)[0].round(2)
+    array([0.74, 0.98])
+    >>> est.profile_intervals(data.t, data.Y, parameters=["alpha"])[0].round(2)
+    array([0.75, 1.  ])
     """
 
     _parameter_constraints = {

@@ -152,9 +152,11 @@ class BCDProxODE(ODEEstimator):
     theta_ : ndarray of shape (n_params,)
         Estimated parameters, in ``model.param_names`` order.
     theta_cov_ : ndarray of shape (n_params, n_params)
-        Gauss-Newton covariance of the final theta-step, ``s^2 (G^T G)^-1`` with ``s^2`` the
-        fidelity per residual degree of freedom: the uncertainty of theta given the filtered
-        states, not counting the states' own uncertainty.
+        Gauss-Newton covariance of the output-error problem (the ODE's solution against the
+        data) at BCD-prox's ``theta_`` and ``x0_``, each observed state's noise estimated
+        from its residuals (or ``sigma``); the filtered states carry no sampling error of
+        their own, so the theta-step's covariance given them would be far too small. Zero
+        rows for ``fixed`` parameters, ``inf`` variance for unidentifiable ones.
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     states_ : ndarray of shape (n_samples, n_states), or a list of them
@@ -163,8 +165,13 @@ class BCDProxODE(ODEEstimator):
     x0_ : ndarray of shape (n_states,) or (n_experiments, n_states)
         ``X*`` at the first training time (of each experiment).
     x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
-        Zero for known components; NaN for filtered ones (the method gives no covariance of
-        its states).
+        Standard errors of ``x0_`` from the same covariance; zero for known components.
+    unidentifiable_ : tuple of str
+        The parameters and initial values the data cannot pin down, each with the
+        combination the data do determine (``"x0[predator] and b separately (the data
+        determine only x0[predator]*b)"``); empty when everything is identifiable. Warned
+        as :class:`~sklode.exceptions.IdentifiabilityWarning`; the structurally
+        unidentifiable ones have infinite standard errors.
     t0_ : float or ndarray of shape (n_experiments,)
         The first training time (of each experiment).
     predicted_states_ : ndarray of shape (n_samples, n_states), or a list of them

@@ -150,7 +150,9 @@ class WENDyODE(ODEEstimator):
     theta_ : ndarray of shape (n_params,)
         Estimated parameters, in ``model.param_names`` order.
     theta_cov_ : ndarray of shape (n_params, n_params)
-        Covariance of ``theta_`` (generalised least squares, noise level inside).
+        WENDy's covariance of ``theta_`` (generalised least squares of the weak residual,
+        noise level inside); ``inf`` variance for parameters the data cannot pin down (see
+        ``unidentifiable_``).
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     sigma_ : ndarray of shape (n_states,)
@@ -162,8 +164,15 @@ class WENDyODE(ODEEstimator):
     x0_ : ndarray of shape (n_states,) or (n_experiments, n_states)
         Initial state at ``t0_`` (of each experiment), for ``predict``.
     x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
-        Standard errors of ``x0_`` given ``theta_`` (shooting); zero for known components,
-        NaN for ``x0_method="smoothing"``.
+        Standard errors of ``x0_``: the shooting's given ``theta_`` plus ``theta_cov_``
+        propagated through it (the delta method on the output-error Fisher information);
+        zero for known components, NaN for ``x0_method="smoothing"``.
+    unidentifiable_ : tuple of str
+        The parameters and initial values the data cannot pin down, each with the
+        combination the data do determine (``"x0[predator] and b separately (the data
+        determine only x0[predator]*b)"``); empty when everything is identifiable. Warned
+        as :class:`~sklode.exceptions.IdentifiabilityWarning`; the structurally
+        unidentifiable ones have infinite standard errors.
     t0_ : float or ndarray of shape (n_experiments,)
         The first training time (of each experiment).
     n_iter_ : int
