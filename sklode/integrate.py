@@ -93,6 +93,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     batched = x0.ndim == 2
     limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
 
+    field = None if batched else model.pointwise_field()
     last_t = [float(t_span[0])]  # the integrator's progress, for error messages
     n_evaluations = [0]
 
@@ -107,7 +108,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
                 "nearly blowing up or the problem is stiff for this integrator (try "
                 "integrator='BDF' or 'Radau').", t_reached=t)
         dx = model.f(t, x.reshape(-1, n_states), theta).ravel() if batched else \
-            model.f(t, x, theta)
+            field(t, x, theta)
         if not np.all(np.isfinite(dx)):
             raise IntegrationError(
                 f"{model!r}.rhs returned non-finite values at t={t:.6g} for x={x} with "
