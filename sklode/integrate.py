@@ -94,6 +94,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
 
     field = None if batched else model.pointwise_field()
+    jacobian = None if batched else model.pointwise_jacobian()
     last_t = [float(t_span[0])]  # the integrator's progress, for error messages
     n_evaluations = [0]
 
@@ -127,7 +128,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     if INTEGRATORS[method]:
         options["jac"] = (
             (lambda t, x: block_diag(*model.jac_x(t, x.reshape(-1, n_states), theta)))
-            if batched else (lambda t, x: model.jac_x(t, x, theta)))
+            if batched else (lambda t, x: jacobian(t, x, theta)))
     try:
         sol = solve_ivp(fun, t_span, x0.ravel(), method=method, t_eval=t_eval, rtol=rtol, atol=atol,
                         dense_output=dense_output, events=blowup, max_step=max_step, **options)

@@ -52,6 +52,18 @@ def _time_tensor(t, batch_shape):
     return _as_tensor(np.broadcast_to(t, batch_shape))
 
 
+def _guarded(compiled, torch_path):
+    """``compiled``, falling back to ``torch_path`` for a call where Python's math raises
+    (a domain or range error) where torch returns inf or nan."""
+    def call(t, x, theta):
+        try:
+            return compiled(t, x, theta)
+        except (ArithmeticError, ValueError):
+            return torch_path(t, x, theta)
+    call.compiled = compiled
+    return call
+
+
 class ODEModel:
     """Parametric ordinary differential equation ``x'(t) = rhs(t, x, theta)``.
 
@@ -221,27 +233,35 @@ class ODEModel:
             ``theta`` of shape ``(n_params,)``, returning ``dx/dt`` of shape
             ``(n_states,)``.
         """
-        field = self.__dict__.get("_pointwise_field")
-        if field is None:
+        return self._pointwise()[0]
+
+    def pointwise_jacobian(self):
+        """``df/dx`` for one state at a time (stiff integrators): the recorded program
+        differentiated in forward mode and checked against :meth:`jac_x`, or :meth:`jac_x`.
+
+        Returns
+        -------
+        callable
+            ``jacobian(t, x, theta)`` returning ``(n_states, n_states)``.
+        """
+        return self._pointwise()[1]
+
+    def _pointwise(self):
+        cached = self.__dict__.get("_pointwise_cache")
+        if cached is None:
             from ._compile import compile_field
 
             compiled = compile_field(self)
-            if compiled is None:
-                field = self.f
-            else:
-                def field(t, x, theta):
-                    try:
-                        return compiled(t, x, theta)
-                    except (ArithmeticError, ValueError):  # math's domain and range errors:
-                        return self.f(t, x, theta)  # torch's inf/nan, as without compiling
-                field.compiled = compiled
-            self.__dict__["_pointwise_field"] = field
-        return field
+            jacobian = None if compiled is None else compiled.jacobian
+            cached = (self.f if compiled is None else _guarded(compiled, self.f),
+                      self.jac_x if jacobian is None else _guarded(jacobian, self.jac_x))
+            self.__dict__["_pointwise_cache"] = cached
+        return cached
 
     def __getstate__(self):
         """The instance's attributes without the compiled field (rebuilt on first use)."""
         state = self.__dict__.copy()
-        state.pop("_pointwise_field", None)
+        state.pop("_pointwise_cache", None)
         return state
 
     def jac_x(self, t, x, theta):

@@ -76,6 +76,7 @@ class _Recorder(TorchFunctionMode):
         self.kept = list(inputs.values())  # keep the ids valid while recording
         self.constants = {}
         self.lines = []
+        self.tape = []  # (op, args, kwargs, result) of every recorded line, for the Jacobian
 
     # -------------------------------------------------------------- operands
     def ref(self, value):
@@ -127,6 +128,7 @@ class _Recorder(TorchFunctionMode):
         if op in ("dim", "size", "shape", "__get__", "ndimension", "numel"):
             return result  # shapes are fixed at the pointwise shapes
         self.lines.append(self.expression(op, args, kwargs, result))
+        self.tape.append((op, args, kwargs, result))
         return result
 
     def expression(self, op, args, kwargs, result):
@@ -162,6 +164,8 @@ class _Recorder(TorchFunctionMode):
                 b = f"({ref(alpha)} * {b})"
             elif kwargs:
                 raise _Unsupported(f"{op} with {sorted(kwargs)}")
+            if symbol == "**" and scalar:
+                return _scalar_power(a, b, args, op)
             return f"({a} {symbol} {b})"
         if op == "sigmoid":
             return f"(1.0 / (1.0 + np.exp(-{ref(args[0])})))"
@@ -244,7 +248,24 @@ def compile_field(model):
                      type(exc).__name__, exc)
         return None
     field.source = source
+    field.jacobian = _compiled_jacobian(model, recorder, inputs["x"], out, scope)
     return field
+
+
+def _compiled_jacobian(model, recorder, x, out, scope):
+    """The Jacobian ``df/dx`` of the recorded program, forward mode, or None."""
+    try:
+        source = _jacobian_source(recorder, x, out, model.n_states)
+        scope = {**scope, "_EYE": np.eye(model.n_states)}
+        exec(compile(source, f"<sklode compiled Jacobian of {model!r}>", "exec"), scope)
+        jacobian = scope["jacobian"]
+        _check(model, jacobian, reference=model.jac_x)
+    except Exception as exc:  # noqa: BLE001 -- any failure means: keep torch's jac_x
+        logger.debug("%r keeps torch's jac_x for pointwise calls: %s: %s", model,
+                     type(exc).__name__, exc)
+        return None
+    jacobian.source = source
+    return jacobian
 
 
 def _function_source(recorder, output):
@@ -254,8 +275,10 @@ def _function_source(recorder, output):
             f"    return np.asarray({output}, dtype=np.float64)\n")
 
 
-def _check(model, field, n_points=4):
-    """Raise _Unsupported unless ``field`` equals ``model.f`` at random points."""
+def _check(model, field, n_points=4, reference=None):
+    """Raise _Unsupported unless ``field`` equals ``reference`` (default ``model.f``) at
+    random points."""
+    reference = model.f if reference is None else reference
     rng = np.random.default_rng(0)
     theta0 = model.theta_guess()
     checked = 0
@@ -266,15 +289,225 @@ def _check(model, field, n_points=4):
         theta = theta0 * rng.uniform(0.5, 1.5, theta0.size) + rng.normal(0, 0.1, theta0.size)
         t = float(rng.uniform(0.0, 10.0))
         with np.errstate(all="ignore"):
-            expected = model.f(t, x, theta)
+            expected = reference(t, x, theta)
             try:
                 got = field(t, x, theta)
             except (ValueError, OverflowError, ZeroDivisionError):
                 continue  # math's domain errors: the caller falls back per call
         finite = np.isfinite(expected)
         if got.shape != expected.shape or not np.array_equal(finite, np.isfinite(got)) \
-                or not np.allclose(got[finite], expected[finite], rtol=1e-12, atol=1e-300):
+                or not np.allclose(got[finite], expected[finite], rtol=1e-10,
+                                   atol=1e-12 * max(float(np.max(np.abs(expected[finite]),
+                                                                 initial=0.0)), 1e-300)):
             raise _Unsupported("the compiled field differs from rhs at a random point")
         checked += 1
     if checked == 0:
         raise _Unsupported("no random point where the field could be compared")
+
+
+def _scalar_power(a, b, args, op):
+    """``a ** b`` on Python floats: ``**`` for an integer exponent (exact and fast),
+    ``math.pow`` otherwise, which raises on a negative base (the caller then takes torch's
+    NaN) where ``**`` would return a complex number."""
+    exponent = args[1] if op in ("pow", "__pow__") else args[0]
+    if isinstance(exponent, int) and not isinstance(exponent, bool):
+        return f"({a} ** {b})"
+    return f"math.pow({a}, {b})"
+
+
+# ----------------------------------------------------------------------------- the Jacobian
+def _binary(op, args):
+    """``(symbol, left, right)`` of a binary operation in evaluation order."""
+    symbol = _BINARY[op]
+    left, right = args
+    if symbol.startswith("r"):
+        return symbol[1:], right, left
+    return symbol, left, right
+
+
+class _Tangents:
+    """Forward-mode differentiation of a recorded program with respect to ``x``: every
+    value's tangent ``d value / d x`` has the value's shape plus a trailing ``n_states``
+    axis (a 0-d value's is a row of the Jacobian)."""
+
+    def __init__(self, recorder, x, n):
+        self.rec, self.n = recorder, n
+        self.names = {id(x): "d_x"}
+        self.lines = []
+
+    def of(self, value):
+        return self.names.get(id(value)) if isinstance(value, torch.Tensor) else None
+
+    def value(self, v):
+        return self.rec.ref(v)
+
+    def col(self, v):
+        """A value broadcast against tangents (a trailing axis for arrays)."""
+        text = self.value(v)
+        return f"{text}[..., None]" if isinstance(v, torch.Tensor) and v.dim() > 0 else text
+
+    def shaped(self, tangent, operand, result):
+        """``tangent`` of ``operand`` broadcast to ``result``'s shape plus the state axis."""
+        if not isinstance(operand, torch.Tensor) or tuple(operand.shape) == tuple(result.shape):
+            return tangent
+        return f"np.broadcast_to({tangent}, {tuple(result.shape) + (self.n,)!r})"
+
+    def axis(self, dim, ndim):
+        return dim if dim >= 0 else dim - 1  # the state axis comes last
+
+    def run(self, output):
+        for op, args, kwargs, result in self.rec.tape:
+            if isinstance(result, (tuple, list)):  # unbind along dim 0
+                tangent = self.of(args[0])
+                if tangent is not None:
+                    for i, r in enumerate(result):
+                        self.names[id(r)] = f"{tangent}[{i}]"
+                continue
+            expression = self.rule(op, args, kwargs, result)
+            if expression is not None:
+                name = "d_" + self.rec.names[id(result)]
+                self.lines.append(f"{name} = {expression}")
+                self.names[id(result)] = name
+        tangent = self.of(output)
+        return tangent if tangent is not None else f"np.zeros(({self.n}, {self.n}))"
+
+    def zero(self, v):
+        shape = tuple(v.shape) if isinstance(v, torch.Tensor) else ()
+        return f"np.zeros({shape + (self.n,)!r})"
+
+    def rule(self, op, args, kwargs, result):  # noqa: C901 -- one branch per operation
+        T, col, val = self.of, self.col, self.value
+        if op in _IDENTITY:
+            return T(args[0])
+        if op in _BINARY and len(args) == 2:
+            symbol, a, b = _binary(op, args)
+            da, db = T(a), T(b)
+            if da is None and db is None or symbol in (">", "<", ">=", "<=", "==", "!="):
+                return None
+            alpha = kwargs.get("alpha")
+            if alpha is not None and db is not None:
+                db = f"({val(alpha)} * {db})"
+            if symbol in ("+", "-"):
+                terms = [self.shaped(da, a, result)] if da is not None else []
+                if db is not None:
+                    part = self.shaped(db, b, result)
+                    terms.append(part if symbol == "+" or terms else f"(-{part})")
+                return f" {symbol} ".join(terms) if len(terms) == 2 else terms[0]
+            if symbol == "*":
+                terms = [f"{da} * {col(b)}"] if da is not None else []
+                terms += [f"{col(a)} * {db}"] if db is not None else []
+                return " + ".join(f"({t})" for t in terms)  # products broadcast themselves
+            if symbol == "/":
+                top = da if da is not None else "0.0"
+                if db is not None:
+                    top = f"({top} - {col(result)} * {db})"
+                return f"{top} / {col(b)}"
+            if symbol == "**":
+                terms = []
+                if da is not None:
+                    if result.dim() == 0:  # Python floats: math.pow for a real result
+                        exponent = b if isinstance(b, int) else None
+                        power = (f"{val(a)} ** {exponent - 1}" if exponent is not None
+                                 else f"math.pow({val(a)}, {val(b)} - 1)")
+                        terms.append(f"{val(b)} * {power} * {da}")
+                    else:
+                        terms.append(f"{col(b)} * {col(a)} ** ({col(b)} - 1) * {da}")
+                if db is not None:
+                    terms.append(f"{col(result)} * np.log({col(a)}) * {db}")
+                return " + ".join(f"({t})" for t in terms)
+            if symbol == "@":
+                if db is not None and da is None and b.dim() == 1:
+                    return f"{val(a)} @ {db}"
+                if da is not None and db is None and a.dim() == 1:
+                    return f"np.swapaxes({val(b)}, -1, -2) @ {da}"
+            raise _Unsupported(f"the derivative of {op}")
+        if len(args) >= 1 and isinstance(args[0], torch.Tensor):
+            a, da = args[0], T(args[0])
+        else:
+            a, da = None, None
+        unary = {
+            "neg": "-{d}", "exp": "{r} * {d}", "log": "{d} / {a}",
+            "sin": "np.cos({a}) * {d}", "cos": "-np.sin({a}) * {d}",
+            "tan": "(1.0 + {r} ** 2) * {d}", "tanh": "(1.0 - {r} ** 2) * {d}",
+            "sinh": "np.cosh({a}) * {d}", "cosh": "np.sinh({a}) * {d}",
+            "sqrt": "{d} / (2.0 * {r})", "abs": "np.sign({a}) * {d}",
+            "log1p": "{d} / (1.0 + {a})", "expm1": "({r} + 1.0) * {d}",
+            "square": "2.0 * {a} * {d}", "reciprocal": "-({r} ** 2) * {d}",
+            "atan": "{d} / (1.0 + {a} ** 2)", "arctan": "{d} / (1.0 + {a} ** 2)",
+            "asin": "{d} / np.sqrt(1.0 - {a} ** 2)", "acos": "-{d} / np.sqrt(1.0 - {a} ** 2)",
+            "sigmoid": "{r} * (1.0 - {r}) * {d}", "relu": "({a} > 0) * {d}",
+        }
+        if op in unary:
+            return None if da is None else unary[op].format(d=da, a=col(a), r=col(result))
+        if op in ("sign", "floor", "ceil", "zeros_like", "ones_like"):
+            return None
+        if op in ("maximum", "minimum", "fmax", "fmin"):
+            b = args[1]
+            if da is None and T(b) is None:
+                return None
+            test = ">=" if op in ("maximum", "fmax") else "<="
+            first = self.shaped(da or self.zero(a), a, result)
+            return (f"np.where({col(a)} {test} {col(b)}, {first}, "
+                    f"{self.shaped(T(b) or self.zero(b), b, result)})")
+        if op == "where":
+            condition, a, b = args
+            if T(a) is None and T(b) is None:
+                return None
+            return (f"np.where({col(condition)}, {self.shaped(T(a) or self.zero(a), a, result)}, "
+                    f"{self.shaped(T(b) or self.zero(b), b, result)})")
+        if op in ("clamp", "clip"):
+            if da is None:
+                return None
+            low = kwargs.get("min", args[1] if len(args) > 1 else None)
+            high = kwargs.get("max", args[2] if len(args) > 2 else None)
+            inside = " & ".join([f"({col(a)} >= {col(low)})"] * (low is not None)
+                                + [f"({col(a)} <= {col(high)})"] * (high is not None)) or "True"
+            return f"({inside}) * {da}"
+        if op == "__getitem__":
+            if da is None:
+                return None
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if Ellipsis in index:
+                index = index + (slice(None),)
+            return f"{da}[{self.rec.ref(index)}]"
+        if op in ("stack", "cat", "concatenate"):
+            tensors = args[0]
+            if all(T(t) is None for t in tensors):
+                return None
+            parts = [T(t) or self.zero(t) for t in tensors]
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+            if op == "stack" and all(t.dim() == 0 for t in tensors):
+                return f"np.array([{', '.join(parts)}])"
+            name = "stack" if op == "stack" else "concatenate"
+            return f"np.{name}([{', '.join(parts)}], axis={self.axis(dim, result.dim())})"
+        if op == "roll":
+            if da is None:
+                return None
+            shifts = kwargs.get("shifts", args[1] if len(args) > 1 else None)
+            dims = kwargs.get("dims", args[2] if len(args) > 2 else None)
+            dims = [self.axis(d, a.dim()) for d in (dims if isinstance(dims, (list, tuple))
+                                                    else [dims])]
+            return f"np.roll({da}, {self.rec.ref(shifts)}, axis={tuple(dims)!r})"
+        if op in ("reshape", "view", "unsqueeze"):
+            return None if da is None else \
+                f"np.reshape({da}, {tuple(result.shape) + (self.n,)!r})"
+        if op in ("sum", "mean"):
+            if da is None:
+                return None
+            axis = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            keep = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+            axes = tuple(range(a.dim())) if axis is None else tuple(
+                self.axis(d, a.dim()) for d in (axis if isinstance(axis, (list, tuple))
+                                                else [axis]))
+            return f"np.{op}({da}, axis={axes!r}, keepdims={keep!r})"
+        raise _Unsupported(f"the derivative of {op}")
+
+
+def _jacobian_source(recorder, x, output, n):
+    tangents = _Tangents(recorder, x, n)
+    result = tangents.run(output)
+    lines = ["t = float(t)", "x_list = x.tolist()", "theta_list = theta.tolist()",
+             "d_x = _EYE"] + recorder.lines + tangents.lines
+    body = "\n".join(f"    {line}" for line in lines)
+    return (f"def jacobian(t, x, theta):\n{body}\n"
+            f"    return np.array({result}, dtype=np.float64).reshape({n}, {n})\n")
