@@ -8,20 +8,41 @@ the papers' problems; :mod:`sklode.registry` the methods by name, as :mod:`sklod
 and the ``sklode`` command use them.
 """
 
-from . import datasets, exceptions, metrics, models
-from .adjoint import AdjointODE
-from .bcdprox import BCDProxODE
-from .exceptions import (
-    ConvergenceWarning,
-    DivergenceError,
-    IntegrationError,
-    ModelError,
-    NotLinearInThetaError,
-    SklodeError,
-)
-from .integrate import simulate
-from .models import FunctionModel, ODEModel
-from .wendy import WENDyODE
+import importlib
+
+# Public names and the modules that define them, imported on first use (PEP 562): ``import
+# sklode`` and ``sklode --help`` then cost nothing beyond Python's start-up, and torch and
+# scikit-learn load with the first estimator, model or dataset a script touches.
+_LAZY = {
+    "AdjointODE": ".adjoint",
+    "BCDProxODE": ".bcdprox",
+    "WENDyODE": ".wendy",
+    "ODEModel": ".models",
+    "FunctionModel": ".models",
+    "simulate": ".integrate",
+    "ConvergenceWarning": ".exceptions",
+    "DivergenceError": ".exceptions",
+    "IntegrationError": ".exceptions",
+    "ModelError": ".exceptions",
+    "NotLinearInThetaError": ".exceptions",
+    "SklodeError": ".exceptions",
+}
+_SUBMODULES = {"datasets", "exceptions", "metrics", "models"}
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'sklode' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0.dev0"
 

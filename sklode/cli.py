@@ -18,11 +18,10 @@ import warnings
 
 import numpy as np
 
-from .compare import _warm_up
-from .datasets import get_problem, list_problems, make_trajectory
-from .exceptions import ConvergenceWarning, PoorFitWarning
-from .metrics import prediction_error
-from .registry import METHODS, get_method
+from ._names import METHOD_NAMES, PROBLEM_NAMES
+
+# Everything else is imported where it is used: ``sklode --help`` and argument errors answer
+# without importing torch, scikit-learn or the estimators.
 
 
 def _row(name, theta, truth, cpu, pred_err, note=""):
@@ -33,6 +32,11 @@ def _row(name, theta, truth, cpu, pred_err, note=""):
 
 def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
     """Fit one noisy trajectory with every estimator; print a table. Returns the rows."""
+    from .compare import _warm_up
+    from .datasets import get_problem, make_trajectory
+    from .metrics import prediction_error
+    from .registry import METHODS
+
     out = sys.stdout if out is None else out
     problem = get_problem(problem_name)
     data = make_trajectory(problem_name, noise=noise, random_state=seed)
@@ -155,6 +159,7 @@ def _write_records(records, path):
 
 def _model_by_name(name):
     from . import models
+    from .datasets import get_problem, list_problems
 
     if name in list_problems():
         return get_problem(name).model
@@ -172,6 +177,8 @@ def fit_command(args, out=None):
     import csv
 
     from .datasets import Problem
+    from .exceptions import ConvergenceWarning, PoorFitWarning
+    from .registry import get_method
 
     out = sys.stdout if out is None else out
     model = _model_by_name(args.model)
@@ -224,8 +231,8 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     p_cmp = sub.add_parser("compare", help="compare estimators over seeded noisy trials")
     p_cmp.add_argument("--problem", action="append", required=True,
-                       help=f"problem name(s), comma-separated or repeated: {list_problems()}")
-    p_cmp.add_argument("--methods", default=",".join(METHODS))
+                       help=f"problem name(s), comma-separated or repeated: {list(PROBLEM_NAMES)}")
+    p_cmp.add_argument("--methods", default=",".join(METHOD_NAMES))
     p_cmp.add_argument("--trials", type=int, default=10)
     p_cmp.add_argument("--n-jobs", type=int, default=None)
     p_cmp.add_argument("--noise", type=float, default=None,
@@ -246,14 +253,14 @@ def main(argv=None):
     p_fit.add_argument("csv")
     p_fit.add_argument("--model", required=True, help="zoo class (e.g. LotkaVolterra) or "
                        "problem name")
-    p_fit.add_argument("--method", default="adjoint", choices=list(METHODS))
+    p_fit.add_argument("--method", default="adjoint", choices=list(METHOD_NAMES))
     p_fit.add_argument("--time-column", default="t")
     p_fit.add_argument("--theta0", default=None, help="comma-separated initial parameters")
     p_fit.add_argument("--x0", default=None, help="comma-separated initial state guess")
     p_fit.add_argument("--max-iter", type=int, default=None,
                        help="iterations of the method's main loop (default: its own)")
     p_demo = sub.add_parser("demo", help="fit a built-in noisy problem with every estimator")
-    p_demo.add_argument("--problem", default="lotka_volterra", choices=list_problems())
+    p_demo.add_argument("--problem", default="lotka_volterra", choices=list(PROBLEM_NAMES))
     p_demo.add_argument("--noise", type=float, default=None,
                         help="noise level (a standard deviation, in the problem's convention)")
     p_demo.add_argument("--seed", type=int, default=0)

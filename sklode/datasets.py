@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._names import PROBLEM_NAMES
 from ._validation import NOISE_KINDS
 from .integrate import simulate
 from .models import (
@@ -223,22 +224,7 @@ def _build(name):
     raise ValueError(f"Unknown problem {name!r}. Known problems: {', '.join(list_problems())}.")
 
 
-_NAMES = (
-    "lotka_volterra",
-    "fitzhugh_nagumo",
-    "rossler",
-    "lorenz96",
-    "seird",
-    "seird_e3",
-    "seird_e4a",
-    "seird_e4b",
-    "seird_e4c",
-    "wendy_logistic",
-    "wendy_lotka_volterra",
-    "wendy_fitzhugh_nagumo",
-    "wendy_hindmarsh_rose",
-    "wendy_protein_transduction",
-)
+_NAMES = PROBLEM_NAMES  # one list, readable without importing torch (the CLI)
 
 
 def list_problems():

@@ -71,3 +71,26 @@ def test_fit_command_exits_nonzero_when_the_fit_did_not_converge(tmp_path, capsy
     # One optimiser iteration cannot converge: the status says so and stderr says why.
     assert main(base + ["--max-iter", "1"]) == 1
     assert "WARNING ConvergenceWarning: AdjointODE did not converge" in capsys.readouterr().err
+
+
+def test_help_and_import_do_not_load_torch():
+    import subprocess
+    import sys
+
+    from sklode._names import METHOD_NAMES
+    from sklode.registry import METHODS
+
+    assert METHOD_NAMES == tuple(METHODS)  # the names the parser offers are the registry's
+    code = ("import sys, contextlib, io\n"
+            "import sklode\n"
+            "from sklode.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            "        main(['--help'])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print('torch' in sys.modules, 'sklearn' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    # --help answers from the parser alone: torch's import costs 1-3 s of the 4-5 s it took.
+    assert out == ["False", "False"]

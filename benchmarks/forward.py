@@ -1,0 +1,280 @@
+"""Forward solves: the compiled field against torch and hand-written numpy, in one process.
+
+1. Per-call cost of the pointwise field for every zoo model: the torch path
+   (``model.f``), the compiled one (``model.pointwise_field()``) and, where the baseline has
+   one, the hand-written numpy field of ``benchmarks/baselines.py``.
+2. AdjointODE (defaults) against the loop a user writes by hand (``solve_ivp`` inside
+   ``least_squares`` with a finite-difference Jacobian on a numpy field, same data and start)
+   on the seed's SEIRD examples and on four systems outside the papers (partial observation,
+   x0 estimated): CPU seconds of a warm fit, and of the first fit of a fresh process (a
+   subprocess per system, its imports excluded, the first fit included).
+3. ``predict`` on 20,000 times against ``solve_ivp`` (LSODA) with a numpy field.
+4. Wall time of ``import sklode`` and ``sklode --help`` in fresh processes.
+
+Writes ``benchmarks/results/forward.md`` and ``.json``; CPU seconds single-threaded.
+
+    python benchmarks/forward.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import timeit
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+
+# ----------------------------------------------------------------------------- held-out systems
+def sir(t, x, theta):
+    beta, gamma = theta[0], theta[1]
+    S, I = x[..., 0], x[..., 1]  # noqa: E741
+    return torch.stack([-beta * S * I, beta * S * I - gamma * I], dim=-1)
+
+
+def sir_np(t, x, beta, gamma):
+    S, I = x  # noqa: E741
+    return [-beta * S * I, beta * S * I - gamma * I]
+
+
+def michaelis_menten(t, x, theta):
+    vmax, km, feed = theta[0], theta[1], theta[2]
+    s, p = x[..., 0], x[..., 1]
+    rate = vmax * s / (km + s)
+    return torch.stack([feed - rate, rate - 0.1 * p], dim=-1)
+
+
+def michaelis_menten_np(t, x, vmax, km, feed):
+    s, p = x
+    rate = vmax * s / (km + s)
+    return [feed - rate, rate - 0.1 * p]
+
+
+def van_der_pol(t, x, theta):
+    mu = theta[0]
+    u, v = x[..., 0], x[..., 1]
+    return torch.stack([v, mu * (1 - u**2) * v - u], dim=-1)
+
+
+def van_der_pol_np(t, x, mu):
+    u, v = x
+    return [v, mu * (1 - u * u) * v - u]
+
+
+def lorenz63(t, x, theta):
+    sigma, rho, beta = theta[0], theta[1], theta[2]
+    a, b, c = x[..., 0], x[..., 1], x[..., 2]
+    return torch.stack([sigma * (b - a), a * (rho - c) - b, a * b - beta * c], dim=-1)
+
+
+def lorenz63_np(t, x, sigma, rho, beta):
+    a, b, c = x
+    return [sigma * (b - a), a * (rho - c) - b, a * b - beta * c]
+
+
+#: name -> (torch rhs, numpy rhs, states, params, theta, theta0, x0, t, observed, noise)
+SYSTEMS = {
+    "SIR, S hidden": (sir, sir_np, ("S", "I"), ("beta", "gamma"), (0.5, 0.1), (0.4, 0.15),
+                      (0.99, 0.01), np.linspace(0, 60, 61), (1,), 0.005),
+    "Michaelis-Menten with feed": (michaelis_menten, michaelis_menten_np, ("s", "p"),
+                                   ("vmax", "km", "feed"), (1.0, 0.5, 0.3), (0.8, 0.7, 0.2),
+                                   (2.0, 0.0), np.linspace(0, 30, 61), (0, 1), 0.02),
+    "Van der Pol, v hidden": (van_der_pol, van_der_pol_np, ("u", "v"), ("mu",), (1.5,),
+                              (1.0,), (2.0, 0.0), np.linspace(0, 20, 201), (0,), 0.1),
+    "Lorenz-63, T = 201": (lorenz63, lorenz63_np, ("a", "b", "c"), ("sigma", "rho", "beta"),
+                           (10.0, 28.0, 8 / 3), (9.0, 26.0, 2.5), (1.0, 1.0, 1.0),
+                           np.linspace(0, 2, 201), (0, 1, 2), 0.5),
+}
+
+
+def system_problem(name, seed=0):
+    """``(model, t, Y, fit settings, baseline settings)`` of a held-out system."""
+    from sklode import simulate
+    from sklode.models import FunctionModel
+
+    rhs, rhs_np, states, params, theta, theta0, x0, t, observed, noise = SYSTEMS[name]
+    model = FunctionModel(rhs, states, params)
+    X = simulate(model, theta, x0, t)
+    Y = X[:, list(observed)] + noise * np.random.default_rng(seed).standard_normal(
+        (t.size, len(observed)))
+    x0_guess = np.array(x0) * 1.1 + 0.01
+    fit = dict(theta0=np.array(theta0), x0=x0_guess, observed=observed)
+    base = dict(theta0=np.array(theta0), x0=x0_guess, observed=observed, fun=rhs_np)
+    return model, t, Y, fit, base
+
+
+def seird_problem(name, seed=0):
+    from sklode.datasets import get_problem, make_trajectory
+    from sklode.registry import METHODS
+
+    problem = get_problem(name)
+    data = make_trajectory(name, random_state=seed)
+    return problem, data, METHODS["adjoint"].make(problem)
+
+
+# ----------------------------------------------------------------------------- measurements
+def field_costs():
+    from baselines import NUMPY_RHS
+
+    from sklode.datasets import get_problem, list_problems
+
+    rows = {}
+    for name in list_problems():
+        problem = get_problem(name)
+        model = problem.model
+        key = type(model).__name__
+        if key in rows:
+            continue
+        x, theta = problem.x0.astype(float), problem.theta.astype(float)
+        field = model.pointwise_field()
+        compiled = getattr(field, "compiled", None) is not None
+
+        def per_call(f):
+            number = 2000
+            return min(timeit.repeat(f, number=number, repeat=3)) / number * 1e6
+
+        numpy_rhs = NUMPY_RHS.get(name)
+        rows[key] = {"torch_us": per_call(lambda: model.f(0.5, x, theta)),
+                     "compiled_us": per_call(lambda: field(0.5, x, theta)) if compiled
+                     else None,
+                     "numpy_us": per_call(lambda: numpy_rhs(0.5, x, *theta))
+                     if numpy_rhs else None}
+    return rows
+
+
+def _cpu(fn):
+    start = time.process_time()
+    out = fn()
+    return time.process_time() - start, out
+
+
+def fit_pair(name):
+    """Warm CPU of AdjointODE and of the hand-written loop on one system (and the costs)."""
+    from baselines import least_squares_fit, least_squares_like_adjoint
+
+    from sklode import AdjointODE
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name in SYSTEMS:
+            model, t, Y, fit, base = system_problem(name)
+            AdjointODE(model, **fit).fit(t, Y)  # warm: the model's field compiled, caches
+            cpu, est = _cpu(lambda: AdjointODE(model, **fit).fit(t, Y))
+            base_cpu, res = _cpu(lambda: least_squares_fit(model, t, Y, **base))
+        else:
+            problem, data, est0 = seird_problem(name)
+            est0.fit(data.t, data.Y)
+            cpu, est = _cpu(lambda: seird_problem(name)[2].fit(data.t, data.Y))
+            base_cpu, res = _cpu(lambda: least_squares_like_adjoint(problem, data.Y))
+    return {"adjoint_cpu": cpu, "loop_cpu": base_cpu, "adjoint_cost": float(est.loss_history_[-1]),
+            "loop_cost": float(res.cost)}
+
+
+def first_fit(name):
+    """CPU of the first AdjointODE fit in a fresh process (imports excluded)."""
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
+            "import forward, time, warnings\n"
+            "from sklode import AdjointODE\n"
+            f"name = {name!r}\n"
+            "warnings.simplefilter('ignore')\n"
+            "if name in forward.SYSTEMS:\n"
+            "    model, t, Y, fit, _ = forward.system_problem(name)\n"
+            "    start = time.process_time(); AdjointODE(model, **fit).fit(t, Y)\n"
+            "else:\n"
+            "    problem, data, est = forward.seird_problem(name)\n"
+            "    start = time.process_time(); est.fit(data.t, data.Y)\n"
+            "print(time.process_time() - start)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return float(out.stdout.split()[-1])
+
+
+def predict_cost():
+    from scipy.integrate import solve_ivp
+
+    from sklode import AdjointODE
+    from sklode.datasets import make_trajectory
+    from sklode.models import LotkaVolterra
+
+    d = make_trajectory("lotka_volterra", random_state=0)
+    est = AdjointODE(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5)).fit(d.t, d.Y)
+    t = np.linspace(0.0, 20.0, 20_000)
+    est.predict(t[:10])
+    a, b, c, dd = est.theta_
+
+    def numpy_field(s, x):
+        return [a * x[0] - b * x[0] * x[1], -c * x[1] + dd * x[0] * x[1]]
+
+    sk = min(_cpu(lambda: est.predict(t))[0] for _ in range(3))
+    sp = min(_cpu(lambda: solve_ivp(numpy_field, (0.0, 20.0), est.x0_, method="LSODA",
+                                    t_eval=t, rtol=est.rtol, atol=est.atol))[0]
+             for _ in range(3))
+    return {"predict_cpu": sk, "solve_ivp_numpy_cpu": sp}
+
+
+def cold_start():
+    def wall(args):
+        start = time.perf_counter()
+        subprocess.run(args, capture_output=True, check=True)
+        return time.perf_counter() - start
+
+    python = sys.executable
+    return {"python_wall": min(wall([python, "-c", "pass"]) for _ in range(3)),
+            "import_sklode_wall": min(wall([python, "-c", "import sklode"]) for _ in range(3)),
+            "import_torch_sklearn_wall": min(wall([python, "-c", "import torch, sklearn"])
+                                             for _ in range(3)),
+            "help_wall": min(wall([python, "-m", "sklode.cli", "--help"]) for _ in range(3))}
+
+
+def main():
+    fits = ["seird", "seird_e3", "seird_e4a", "seird_e4b", "seird_e4c", *SYSTEMS]
+    results = {"fields": field_costs(), "fits": {}, "predict": predict_cost(),
+               "cold": cold_start()}
+    for name in fits:
+        results["fits"][name] = {**fit_pair(name), "first_fit_cpu": first_fit(name)}
+    lines = ["# Forward solves", "", "Written by `benchmarks/forward.py` (one process; the "
+             "first fits in fresh subprocesses). CPU seconds single-threaded.", "",
+             "## The field, per call (µs)", "",
+             "| model | torch | compiled | hand-written numpy |", "|---|---|---|---|"]
+
+    def us(v):
+        return "–" if v is None else f"{v:.1f}"
+
+    for key, r in results["fields"].items():
+        lines.append(f"| {key} | {us(r['torch_us'])} | {us(r['compiled_us'])} | "
+                     f"{us(r['numpy_us'])} |")
+    lines += ["", "## AdjointODE against the hand-written loop (CPU s)", "",
+              "| system | AdjointODE warm | first fit, fresh process | hand-written loop | "
+              "warm / loop | cost (AdjointODE, loop) |", "|---|---|---|---|---|---|"]
+    for name, r in results["fits"].items():
+        lines.append(f"| {name} | {r['adjoint_cpu']:.2f} | {r['first_fit_cpu']:.2f} | "
+                     f"{r['loop_cpu']:.2f} | {r['adjoint_cpu'] / r['loop_cpu']:.2f} | "
+                     f"{r['adjoint_cost']:.4g}, {r['loop_cost']:.4g} |")
+    p, c = results["predict"], results["cold"]
+    lines += ["", "## predict on 20,000 times (CPU s)", "",
+              f"AdjointODE.predict {p['predict_cpu']:.3f}; solve_ivp (LSODA) with a numpy "
+              f"field {p['solve_ivp_numpy_cpu']:.3f} (ratio "
+              f"{p['predict_cpu'] / p['solve_ivp_numpy_cpu']:.2f}).", "",
+              "## Cold start (wall s, best of 3)", "",
+              f"`python -c pass` {c['python_wall']:.2f}; `import sklode` "
+              f"{c['import_sklode_wall']:.2f}; `import torch, sklearn` "
+              f"{c['import_torch_sklearn_wall']:.2f}; `sklode --help` {c['help_wall']:.2f}."]
+    (HERE / "results" / "forward.md").write_text("\n".join(lines) + "\n")
+    (HERE / "results" / "forward.json").write_text(json.dumps(results, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
