@@ -42,7 +42,13 @@ def _points(model, seed=1):
 def test_every_zoo_model_compiles_to_the_same_field_and_jacobian(model):
     compiled = compile_field(model)
     assert compiled is not None and compiled.jacobian is not None
+    assert compiled.jacobian_theta is not None
+    torch_path = pickle.loads(pickle.dumps(model))
+    torch_path.__dict__["_pointwise_cache"] = (torch_path.f, torch_path.jac_x, None)
     for t, x, theta in _points(model):
+        J_theta = torch_path.jac_theta(t, x, theta)  # torch.func's vmap of jacrev
+        np.testing.assert_allclose(compiled.jacobian_theta(t, x, theta), J_theta,
+                                   rtol=1e-12, atol=1e-13 * np.abs(J_theta).max())
         # The same arithmetic in another order of evaluation: equal to a few ulps of the
         # largest entry (a cancelling entry is 1e-14 in torch and 0 compiled).
         f, J = model.f(t, x, theta), model.jac_x(t, x, theta)
@@ -94,7 +100,7 @@ def test_the_compiled_field_is_rebuilt_after_pickling_and_estimates_are_unchange
     assert getattr(copy.pointwise_field(), "compiled", None) is not None
     d = make_trajectory("lotka_volterra", random_state=0)
     torch_path = LotkaVolterra()
-    torch_path.__dict__["_pointwise_cache"] = (torch_path.f, torch_path.jac_x)
+    torch_path.__dict__["_pointwise_cache"] = (torch_path.f, torch_path.jac_x, None)
     fast = AdjointODE(model, theta0=(2.5, 1.5, 4.5, 1.5)).fit(d.t, d.Y)
     slow = AdjointODE(torch_path, theta0=(2.5, 1.5, 4.5, 1.5)).fit(d.t, d.Y)
     # The field agrees to round-off, so the integrator takes the same steps.

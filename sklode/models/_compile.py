@@ -248,24 +248,42 @@ def compile_field(model):
                      type(exc).__name__, exc)
         return None
     field.source = source
-    field.jacobian = _compiled_jacobian(model, recorder, inputs["x"], out, scope)
+    field.jacobian = _compiled_jacobian(model, recorder, inputs["x"], out, scope,
+                                        model.n_states, model.jac_x)
+    field.jacobian_theta = _compiled_jacobian(model, recorder, inputs["theta"], out, scope,
+                                              model.n_params, _reverse_jacobian_theta(model))
     return field
 
 
-def _compiled_jacobian(model, recorder, x, out, scope):
-    """The Jacobian ``df/dx`` of the recorded program, forward mode, or None."""
+def _compiled_jacobian(model, recorder, seed, out, scope, n, reference):
+    """The Jacobian of the recorded program with respect to ``seed`` (x or theta), forward
+    mode, checked against ``reference`` at random points, or None."""
     try:
-        source = _jacobian_source(recorder, x, out, model.n_states)
-        scope = {**scope, "_EYE": np.eye(model.n_states)}
+        source = _jacobian_source(recorder, seed, out, model.n_states, n)
+        scope = {**scope, "_EYE": np.eye(n)}
         exec(compile(source, f"<sklode compiled Jacobian of {model!r}>", "exec"), scope)
         jacobian = scope["jacobian"]
-        _check(model, jacobian, reference=model.jac_x)
-    except Exception as exc:  # noqa: BLE001 -- any failure means: keep torch's jac_x
-        logger.debug("%r keeps torch's jac_x for pointwise calls: %s: %s", model,
+        _check(model, jacobian, reference=reference)
+    except Exception as exc:  # noqa: BLE001 -- any failure means: keep torch's Jacobian
+        logger.debug("%r keeps torch's Jacobian for pointwise calls: %s: %s", model,
                      type(exc).__name__, exc)
         return None
     jacobian.source = source
     return jacobian
+
+
+def _reverse_jacobian_theta(model):
+    """``df/dtheta`` at one point by plain reverse mode (one backward pass per state), the
+    reference for the compiled one: torch.func would import torch._dynamo, ~2 s."""
+    def reference(t, x, theta):
+        theta = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+        with torch.enable_grad():
+            out = model.rhs(torch.tensor(float(t), dtype=torch.float64),
+                            torch.as_tensor(x, dtype=torch.float64), theta)
+            rows = [torch.autograd.grad(out[i], theta, retain_graph=True,
+                                        allow_unused=True)[0] for i in range(model.n_states)]
+        return np.array([np.zeros(model.n_params) if r is None else r.numpy() for r in rows])
+    return reference
 
 
 def _function_source(recorder, output):
@@ -326,13 +344,13 @@ def _binary(op, args):
 
 
 class _Tangents:
-    """Forward-mode differentiation of a recorded program with respect to ``x``: every
-    value's tangent ``d value / d x`` has the value's shape plus a trailing ``n_states``
-    axis (a 0-d value's is a row of the Jacobian)."""
+    """Forward-mode differentiation of a recorded program with respect to one input (``x``
+    or ``theta``, of size ``n``): every value's tangent ``d value / d input`` has the value's
+    shape plus a trailing axis of size ``n`` (a 0-d value's is a row of the Jacobian)."""
 
-    def __init__(self, recorder, x, n):
+    def __init__(self, recorder, seed, n):
         self.rec, self.n = recorder, n
-        self.names = {id(x): "d_x"}
+        self.names = {id(seed): "d_seed"}
         self.lines = []
 
     def of(self, value):
@@ -369,7 +387,7 @@ class _Tangents:
                 self.lines.append(f"{name} = {expression}")
                 self.names[id(result)] = name
         tangent = self.of(output)
-        return tangent if tangent is not None else f"np.zeros(({self.n}, {self.n}))"
+        return tangent if tangent is not None else self.zero(output)
 
     def zero(self, v):
         shape = tuple(v.shape) if isinstance(v, torch.Tensor) else ()
@@ -503,11 +521,11 @@ class _Tangents:
         raise _Unsupported(f"the derivative of {op}")
 
 
-def _jacobian_source(recorder, x, output, n):
-    tangents = _Tangents(recorder, x, n)
+def _jacobian_source(recorder, seed, output, n_states, n):
+    tangents = _Tangents(recorder, seed, n)
     result = tangents.run(output)
     lines = ["t = float(t)", "x_list = x.tolist()", "theta_list = theta.tolist()",
-             "d_x = _EYE"] + recorder.lines + tangents.lines
+             "d_seed = _EYE"] + recorder.lines + tangents.lines
     body = "\n".join(f"    {line}" for line in lines)
     return (f"def jacobian(t, x, theta):\n{body}\n"
-            f"    return np.array({result}, dtype=np.float64).reshape({n}, {n})\n")
+            f"    return np.array({result}, dtype=np.float64).reshape({n_states}, {n})\n")
