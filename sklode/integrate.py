@@ -108,9 +108,16 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
                 f"(started at t={t_span[0]:.6g}, target t={t_span[1]:.6g}): the solution is "
                 "nearly blowing up or the problem is stiff for this integrator (try "
                 "integrator='BDF' or 'Radau').", t_reached=t)
+        if float(x @ x) > limit * limit:  # checked here, not as an event: 10 % cheaper
+            raise IntegrationError(
+                f"The solution of {model!r} with theta={theta} blew up: ||x|| exceeded "
+                f"{limit:.3g} at t={t:.6g} (started at t={t_span[0]:.6g}). The parameters are "
+                "probably far from realistic values, or the model is unstable in this "
+                "direction of time (backward integration of dissipative systems diverges).",
+                t_reached=t)
         dx = model.f(t, x.reshape(-1, n_states), theta).ravel() if batched else \
             field(t, x, theta)
-        if not np.all(np.isfinite(dx)):
+        if not np.isfinite(dx).all():
             raise IntegrationError(
                 f"{model!r}.rhs returned non-finite values at t={t:.6g} for x={x} with "
                 f"theta={theta}. The parameters may be outside the model's domain.",
@@ -118,30 +125,17 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
             )
         return dx
 
-    def blowup(t, x):
-        # Smooth in x (a max over components is not); non-finite states count as past it.
-        value = limit * limit - float(x @ x)
-        return value if np.isfinite(value) else -limit * limit
-
-    blowup.terminal = True
     if method == "LSODA" and not batched and not dense_output and t_eval is not None:
         return _solve_odeint(fun, jacobian, theta, model, x0, t_span, t_eval, rtol, atol,
-                             max_step, limit, last_t, n_evaluations)
+                             max_step, last_t, n_evaluations)
     options = {}
     if INTEGRATORS[method]:
         options["jac"] = (
             (lambda t, x: block_diag(*model.jac_x(t, x.reshape(-1, n_states), theta)))
             if batched else (lambda t, x: jacobian(t, x, theta)))
-    try:
-        sol = solve_ivp(fun, t_span, x0.ravel(), method=method, t_eval=t_eval, rtol=rtol, atol=atol,
-                        dense_output=dense_output, events=blowup, max_step=max_step, **options)
-    except ValueError as exc:  # scipy could not locate the blow-up inside a step
-        raise IntegrationError(
-            f"The solution of {model!r} with theta={theta} blew up within one integrator "
-            f"step near t={last_t[0]:.6g} (started at t={t_span[0]:.6g}): {exc}. The "
-            "parameters are probably far from realistic values.", t_reached=last_t[0]
-        ) from exc
-    t_reached = float(sol.t_events[0][0]) if sol.status == 1 else float(last_t[0])
+    sol = solve_ivp(fun, t_span, x0.ravel(), method=method, t_eval=t_eval, rtol=rtol,
+                    atol=atol, dense_output=dense_output, max_step=max_step, **options)
+    t_reached = float(last_t[0])
     if sol.status == -1:
         stiff_hint = (
             " If the model is stiff, try integrator='BDF' or 'Radau'."
@@ -153,37 +147,19 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
             f"{stiff_hint} Unrealistic parameters often cause this.",
             t_reached=t_reached,
         )
-    if sol.status == 1:
-        raise IntegrationError(
-            f"The solution of {model!r} with theta={theta} blew up: ||x|| exceeded {limit:.3g} "
-            f"at t={t_reached:.6g} (started at t={t_span[0]:.6g}). The parameters are "
-            "probably far from realistic values, or the model is unstable in this direction "
-            "of time (backward integration of dissipative systems diverges).",
-            t_reached=t_reached,
-        )
     return sol
 
 
 def _solve_odeint(fun, jacobian, theta, model, x0, t_span, t_eval, rtol, atol, max_step,
-                  limit, last_t, n_evaluations):
+                  last_t, n_evaluations):
     """:func:`solve` for LSODA without dense output, through :func:`scipy.integrate.odeint`:
     the same Fortran integrator with its own stepping loop (solve_ivp steps it from Python,
-    8x the overhead once the field is compiled). The blow-up check runs in the field."""
+    8x the overhead once the field is compiled). ``fun`` raises on a blow-up."""
     from scipy.integrate import odeint
     from scipy.optimize import OptimizeResult
 
-    def checked(t, x):
-        if float(x @ x) > limit * limit:
-            raise IntegrationError(
-                f"The solution of {model!r} with theta={theta} blew up: ||x|| exceeded "
-                f"{limit:.3g} at t={t:.6g} (started at t={t_span[0]:.6g}). The parameters are "
-                "probably far from realistic values, or the model is unstable in this "
-                "direction of time (backward integration of dissipative systems diverges).",
-                t_reached=t)
-        return fun(t, x)
-
     times = np.concatenate([[t_span[0]], np.asarray(t_eval, dtype=np.float64)])
-    y, info = odeint(checked, x0, times, Dfun=lambda t, x: jacobian(t, x, theta), tfirst=True,
+    y, info = odeint(fun, x0, times, Dfun=lambda t, x: jacobian(t, x, theta), tfirst=True,
                      rtol=rtol, atol=atol, hmax=0.0 if not np.isfinite(max_step) else max_step,
                      mxstep=100_000_000, full_output=True)
     if info["message"] != "Integration successful.":
