@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["compile_field"]
+__all__ = ["compile_field", "grid_functions"]
 
 logger = logging.getLogger("sklode")
 
@@ -77,6 +77,7 @@ class _Recorder(TorchFunctionMode):
         self.constants = {}
         self.lines = []
         self.tape = []  # (op, args, kwargs, result) of every recorded line, for the Jacobian
+        self.vector = False  # write code for whole grids of points (see _grid_functions)
 
     # -------------------------------------------------------------- operands
     def ref(self, value):
@@ -147,6 +148,7 @@ class _Recorder(TorchFunctionMode):
 
     def source(self, op, args, kwargs, scalar):
         ref = self.ref
+        scalar = scalar and not self.vector  # on a grid the 0-d values are arrays
         if op in _IDENTITY:
             return ref(args[0])
         if scalar and op == "neg":
@@ -191,6 +193,8 @@ class _Recorder(TorchFunctionMode):
             tensors = args[0]
             axis = kwargs.get("dim", args[1] if len(args) > 1 else 0)
             if op == "stack" and all(t.dim() == 0 for t in tensors):
+                if self.vector:  # one column per state, over the grid
+                    return f"np.stack(np.broadcast_arrays({ref(list(tensors))[1:-1]}), axis=-1)"
                 return f"np.array({ref(list(tensors))})"  # the pointwise field's output
             name = "stack" if op == "stack" else "concatenate"
             return f"np.{name}({ref(list(tensors))}, axis={ref(axis)})"
@@ -248,6 +252,7 @@ def compile_field(model):
                      type(exc).__name__, exc)
         return None
     field.source = source
+    field.recording = (recorder, inputs["x"], inputs["theta"], out)
     field.jacobian = _compiled_jacobian(model, recorder, inputs["x"], out, scope,
                                         model.n_states, model.jac_x)
     field.jacobian_theta = _compiled_jacobian(model, recorder, inputs["theta"], out, scope,
@@ -362,6 +367,8 @@ class _Tangents:
     def col(self, v):
         """A value broadcast against tangents (a trailing axis for arrays)."""
         text = self.value(v)
+        if self.rec.vector and isinstance(v, torch.Tensor):  # 0-d values are grid arrays
+            return f"np.expand_dims({text}, -1)"
         return f"{text}[..., None]" if isinstance(v, torch.Tensor) and v.dim() > 0 else text
 
     def shaped(self, tangent, operand, result):
@@ -423,7 +430,7 @@ class _Tangents:
             if symbol == "**":
                 terms = []
                 if da is not None:
-                    if result.dim() == 0:  # Python floats: math.pow for a real result
+                    if result.dim() == 0 and not self.rec.vector:  # floats: math.pow
                         exponent = b if isinstance(b, int) else None
                         power = (f"{val(a)} ** {exponent - 1}" if exponent is not None
                                  else f"math.pow({val(a)}, {val(b)} - 1)")
@@ -495,6 +502,8 @@ class _Tangents:
             parts = [T(t) or self.zero(t) for t in tensors]
             dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
             if op == "stack" and all(t.dim() == 0 for t in tensors):
+                if self.rec.vector:
+                    return f"np.stack(np.broadcast_arrays({', '.join(parts)}), axis=-2)"
                 return f"np.array([{', '.join(parts)}])"
             name = "stack" if op == "stack" else "concatenate"
             return f"np.{name}([{', '.join(parts)}], axis={self.axis(dim, result.dim())})"
@@ -529,3 +538,83 @@ def _jacobian_source(recorder, seed, output, n_states, n):
     body = "\n".join(f"    {line}" for line in lines)
     return (f"def jacobian(t, x, theta):\n{body}\n"
             f"    return np.array({result}, dtype=np.float64).reshape({n_states}, {n})\n")
+
+
+# ----------------------------------------------------------------------------- whole grids
+def _is_scalar_program(recorder, x, theta, out):
+    """Whether every recorded value is 0-d and the inputs are only indexed: then the same
+    code evaluates a whole grid when each 0-d value becomes an array over the points."""
+    for op, args, kwargs, result in recorder.tape:
+        operands = [v for a in list(args) + list(kwargs.values())
+                    for v in (a if isinstance(a, (list, tuple)) else [a])]
+        if any(v is x or v is theta for v in operands) and op not in ("__getitem__", "unbind"):
+            return False
+        if op == "unbind" and args[0] is x:
+            return False  # the points axis would be unbound
+        results = result if isinstance(result, (list, tuple)) else [result]
+        if any(r.dim() != 0 for r in results) and result is not out:
+            return False
+    return True
+
+
+def grid_functions(model, field):
+    """``(f, jac_x, jac_theta)`` evaluating whole grids ``x`` of shape ``(..., n_states)``
+    (``t`` a float or of shape ``x.shape[:-1]``) with the compiled program, or None where it
+    is not a scalar program. Each is checked against the pointwise functions on a random
+    grid."""
+    recorder, x, theta, out = field.recording
+    if not _is_scalar_program(recorder, x, theta, out):
+        return None
+    recorder.vector = True
+    try:
+        lines = []
+        for op, args, kwargs, result in recorder.tape:
+            if isinstance(result, (tuple, list)):
+                lines.append(recorder.lines[len(lines)])  # unbind of theta: unchanged
+            else:
+                lines.append(f"{recorder.names[id(result)]} = "
+                             f"{recorder.source(op, args, kwargs, result.dim() == 0)}")
+        head = ["t = np.asarray(t, dtype=np.float64)", "x_list = np.moveaxis(x, -1, 0)",
+                "theta_list = theta.tolist()"]
+        n, p = model.n_states, model.n_params
+        sources = {"f": "def f(t, x, theta):\n" + "\n".join(
+            f"    {line}" for line in head + lines) + f"\n    return np.broadcast_to("
+            f"{recorder.names[id(out)]}, x.shape[:-1] + ({n},)).astype(np.float64)\n"}
+        for name, seed, size in (("jac_x", x, n), ("jac_theta", theta, p)):
+            tangents = _Tangents(recorder, seed, size)
+            result = tangents.run(out)
+            body = head + ["d_seed = _EYE_" + name] + lines + tangents.lines
+            sources[name] = (f"def {name}(t, x, theta):\n" + "\n".join(
+                f"    {line}" for line in body) + f"\n    return np.broadcast_to({result}, "
+                f"x.shape[:-1] + ({n}, {size})).astype(np.float64)\n")
+        scope = {"np": np, "math": math, **recorder.constants, "_EYE_jac_x": np.eye(n),
+                 "_EYE_jac_theta": np.eye(p)}
+        for name, source in sources.items():
+            exec(compile(source, f"<sklode compiled {name} of {model!r} on grids>", "exec"),
+                 scope)
+        functions = (scope["f"], scope["jac_x"], scope["jac_theta"])
+        _check_grid(model, field, functions)
+    except Exception as exc:  # noqa: BLE001 -- any failure means: keep the other paths
+        logger.debug("%r has no compiled grid functions: %s: %s", model,
+                     type(exc).__name__, exc)
+        return None
+    finally:
+        recorder.vector = False
+    return functions
+
+
+def _check_grid(model, field, functions, n_points=7):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.5, 2.0, (n_points, model.n_states))
+    t = rng.uniform(0.0, 10.0, n_points)
+    theta = model.theta_guess() * rng.uniform(0.5, 1.5, model.n_params)
+    pointwise = (field, field.jacobian, field.jacobian_theta)
+    for grid, point in zip(functions, pointwise):
+        if point is None:
+            raise _Unsupported("no pointwise function to check against")
+        with np.errstate(all="ignore"):
+            got = grid(t, x, theta)
+            expected = np.array([point(ti, xi, theta) for ti, xi in zip(t, x)])
+        if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-12,
+                                                          atol=1e-14, equal_nan=True):
+            raise _Unsupported("the grid function differs from the pointwise one")
