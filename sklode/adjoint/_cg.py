@@ -8,6 +8,8 @@ c2 = 0.1 as CG needs) instead of the seed's secant iteration on phi'(rho).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.optimize import OptimizeResult, line_search
 
@@ -83,8 +85,11 @@ def nonlinear_cg(fun_and_grad, x0, *, update="pr", gtol=1e-8, max_iter=1000, cal
 
     def search(x, d, f, g, f_old):
         """Strong-Wolfe step length along d (None when the search fails)."""
-        return line_search(lambda z: evaluate(z)[0], lambda z: evaluate(z)[1], x, d, gfk=g,
-                           old_fval=f, old_old_fval=f_old, c2=_C2, maxiter=20)[0]
+        with warnings.catch_warnings():  # a failed search is handled below (retry along -g,
+            # or stop and say why); scipy's LineSearchWarning is not public, so by message
+            warnings.filterwarnings("ignore", "The line search algorithm did not converge")
+            return line_search(lambda z: evaluate(z)[0], lambda z: evaluate(z)[1], x, d,
+                               gfk=g, old_fval=f, old_old_fval=f_old, c2=_C2, maxiter=20)[0]
 
     x = np.array(x0, dtype=np.float64)
     f, g = evaluate(x)
