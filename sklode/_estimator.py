@@ -366,7 +366,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 for column, state in enumerate(data.observed):
                     if free[state] and experiment.mask[0, column]:
                         start[state] = experiment.Y[0, column]
-            x0, _ = shoot_initial_state(
+            x0 = shoot_initial_state(
                 self.model, self.theta_, experiment.t, experiment.Y, start, free=free,
                 observed=data.observed, t0=experiment.t0, integrator=self.integrator,
                 rtol=max(self.rtol, SHOOT_RTOL))

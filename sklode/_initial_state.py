@@ -165,10 +165,6 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
     x0 : ndarray of shape (n_states,)
         The fitted state (the start itself when no start integrates: ``predict`` will then
         say so with an :class:`~sklode.exceptions.IntegrationError`).
-    x0_stderr : ndarray of shape (n_states,)
-        Gauss-Newton standard errors of the fitted components given ``theta`` (residual
-        variance per degree of freedom times ``(J^T J)^-1``); zero for held components, NaN
-        when no start integrates.
     """
     # Differences, not the exact sensitivity Jacobian: with the exact one the trust region
     # needed ~300 solves (up to 54 s) on Hindmarsh-Rose at 20 % noise where differences need
@@ -182,9 +178,8 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
     Y_seen = Y[seen]
     free = np.ones(n_states, dtype=bool) if free is None else np.asarray(free, dtype=bool)
     n_free = int(free.sum())
-    stderr = np.zeros(n_states)
     if n_free == 0:
-        return x0.copy(), stderr
+        return x0.copy()
     box = (-np.inf, np.inf) if bounds is None else (bounds[0][free], bounds[1][free])
 
     def full(Z):  # free components -> whole states, shape (n_batch, n_states)
@@ -258,9 +253,5 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
             res = least_squares(residual, start, jac=jacobian, x_scale="jac", bounds=box,
                                 ftol=_SHOOT_FTOL_PER_SAMPLE / Y_seen.size,
                                 max_nfev=_SHOOT_MAX_EVALUATIONS)
-            dof = max(Y_seen.size - n_free, 1)
-            cov = 2.0 * res.cost / dof * np.linalg.pinv(res.jac.T @ res.jac)
-            stderr[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
-            return full(res.x[None])[0], stderr
-    stderr[free] = np.nan
-    return x0.copy(), stderr
+            return full(res.x[None])[0]
+    return x0.copy()

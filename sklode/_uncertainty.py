@@ -26,8 +26,8 @@ import numpy as np
 
 from .exceptions import IdentifiabilityWarning, IntegrationError
 
-__all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "unknown_names",
-           "warn_unidentifiable"]
+__all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "reduced_chi_square",
+           "uncertainty_at_fit", "unknown_names", "warn_unidentifiable"]
 
 #: Unknowns whose sensitivity columns, each scaled to unit length, span a direction with a
 #: singular value below this are structurally unidentifiable: no amount of data at this
@@ -128,7 +128,6 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
         r = objective.residual(u)
     except IntegrationError:
         return FitUncertainty(np.full((n, n), np.nan), ())
-    rows = objective.n_data_rows  # data rows first, then prior/invariant rows
     dof_fraction = max(1.0 - n / max(objective.n_data, 1), 1.0 / max(objective.n_data, 1))
     if noise == "per_state":
         columns, present = _data_row_columns(objective)
@@ -141,9 +140,28 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
                 J[rows_of] /= np.sqrt(variance)
         chi2 = 1.0
     else:
-        chi2 = float(np.sum(r[:rows] ** 2)) / max(objective.n_data - n, 1)
+        chi2 = reduced_chi_square(objective, u)
     return _covariance(J, chi2, objective.to_z(u), _typical_sizes(objective, u), names,
                        objective.n_x0, theta_cov)
+
+
+def reduced_chi_square(objective, u):
+    """The data residuals' sum of squares at ``u`` per degree of freedom (the prior and
+    invariant rows, which follow the data rows, left out): the factor by which the given
+    weights understate the noise variance.
+
+    Parameters
+    ----------
+    objective : LeastSquaresObjective or ExperimentsObjective
+    u : ndarray
+        A point, in the objective's optimiser variables.
+
+    Returns
+    -------
+    float
+    """
+    r = objective.residual(u)[: objective.n_data_rows]
+    return float(r @ r) / max(objective.n_data - u.size, 1)
 
 
 def _with_theta_covariance(J, n_x0, theta_cov, joint):
@@ -299,19 +317,13 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
     Returns
     -------
     FitUncertainty
-    names : list of str
-        The unknowns' names.
     """
-    from dataclasses import replace
-
     from .adjoint._objective import objective_for_experiments
 
-    experiments = tuple(replace(e, x0=np.where(e.estimate_x0, x0, e.x0))
-                        for e, x0 in zip(data.experiments, np.reshape(x0s, (-1, model.n_states))))
     objective, u = objective_for_experiments(
-        model, replace(data, experiments=experiments), theta0=np.asarray(theta, np.float64),
+        model, data.with_initial_states(x0s), theta0=np.asarray(theta, np.float64),
         fitted=fitted, sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind,
         **options)
-    names = unknown_names(objective, model, data.several)
-    return fit_uncertainty(objective, u, names, noise="per_state" if sigma is None else "given",
-                           theta_cov=theta_cov), names
+    return fit_uncertainty(objective, u, unknown_names(objective, model, data.several),
+                           noise="per_state" if sigma is None else "given",
+                           theta_cov=theta_cov)

@@ -14,7 +14,7 @@ Messages name the value received and the way out, e.g.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from sklearn.utils import check_array
@@ -109,6 +109,23 @@ class ExperimentData:
     def hidden(self):
         """Indices of the states that are never observed."""
         return tuple(i for i in range(self.n_states) if i not in self.observed)
+
+    def with_initial_states(self, rows):
+        """The same data with each experiment's estimated initial components replaced.
+
+        Parameters
+        ----------
+        rows : array-like of shape (n_states,) or (n_experiments, n_states)
+            New values (a start, another fit's ``x0_``); NaN keeps the current one.
+
+        Returns
+        -------
+        ExperimentData
+        """
+        rows = np.reshape(rows, (self.n_experiments, self.n_states))
+        return replace(self, experiments=tuple(
+            replace(e, x0=np.where(e.estimate_x0 & np.isfinite(rows[k]), rows[k], e.x0))
+            for k, e in enumerate(self.experiments)))
 
 
 def _feature_names(t):

@@ -44,7 +44,7 @@ def test_every_zoo_model_compiles_to_the_same_field_and_jacobian(model):
     assert compiled is not None and compiled.jacobian is not None
     assert compiled.jacobian_theta is not None
     torch_path = pickle.loads(pickle.dumps(model))
-    torch_path.__dict__["_pointwise_cache"] = (torch_path.f, torch_path.jac_x, None, None)
+    torch_path._use_torch_path()
     for t, x, theta in _points(model):
         J_theta = torch_path.jac_theta(t, x, theta)  # torch.func's vmap of jacrev
         np.testing.assert_allclose(compiled.jacobian_theta(t, x, theta), J_theta,
@@ -101,7 +101,7 @@ def test_the_compiled_field_is_rebuilt_after_pickling_and_estimates_are_unchange
     assert getattr(copy.pointwise_field(), "compiled", None) is not None
     d = make_trajectory("lotka_volterra", random_state=0)
     torch_path = LotkaVolterra()
-    torch_path.__dict__["_pointwise_cache"] = (torch_path.f, torch_path.jac_x, None, None)
+    torch_path._use_torch_path()
     fast = AdjointODE(model, theta0=(2.5, 1.5, 4.5, 1.5)).fit(d.t, d.Y)
     slow = AdjointODE(torch_path, theta0=(2.5, 1.5, 4.5, 1.5)).fit(d.t, d.Y)
     # The field agrees to round-off, so the integrator takes the same steps.
@@ -130,7 +130,7 @@ def test_grid_jacobians_equal_torch_on_nested_grids(model):
     if grid is None:
         return
     torch_path = pickle.loads(pickle.dumps(model))
-    torch_path.__dict__["_pointwise_cache"] = (torch_path.f, torch_path.jac_x, None, None)
+    torch_path._use_torch_path()
     rng = np.random.default_rng(2)
     x = rng.uniform(0.2, 3.0, (4, 3, model.n_states))  # steps x Gauss nodes, as sensitivities
     t = rng.uniform(0, 5, (4, 3))

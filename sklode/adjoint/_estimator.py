@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -21,8 +20,8 @@ from .._estimator import (
     on_state_scale,
     warn_not_converged,
 )
-from .._uncertainty import fit_uncertainty, unknown_names
-from .._validation import check_bounds, check_fixed
+from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
+from .._validation import bounds_with_positivity, check_bounds, check_fixed
 from ..exceptions import ConvergenceWarning, IntegrationError, PoorFitWarning, SklodeError
 from ._objective import NOISE_KINDS, objective_for_experiments
 from ._profile import profile_interval
@@ -390,21 +389,14 @@ class AdjointODE(ODEEstimator):
         model = self.model
         fitted = check_fixed(self.fixed, self.theta_, model)[0]
         data = self._validate_data(t, Y)
-        rows = np.reshape(self.x0_, (data.n_experiments, model.n_states))
-        problem = self._fitted_states(replace(data, experiments=tuple(
-            replace(e, x0=np.where(e.estimate_x0, rows[k], e.x0))
-            for k, e in enumerate(data.experiments))))
+        problem = self._fitted_states(data.with_initial_states(self.x0_))
         objective, u = self._pose(problem, self.theta_, fitted)
-        r = objective.residual(u)
         best = objective.cost(u)
         if not np.isclose(best, self.loss_history_[-1], rtol=1e-6, atol=1e-12):
             raise ValueError(
                 f"profile_intervals needs the data fit() saw: the cost at the fit is "
                 f"{best:.6g} on these data, {self.loss_history_[-1]:.6g} on the fitted ones.")
-        n_unknowns = objective.scale.size
-        noise_variance = (float(np.sum(r[: objective.n_data_rows] ** 2))
-                          / max(objective.n_data - n_unknowns, 1))
-        threshold = 0.5 * chi_square.ppf(float(level), 1) * noise_variance
+        threshold = 0.5 * chi_square.ppf(float(level), 1) * reduced_chi_square(objective, u)
         chosen = self._profiled(parameters, fitted)
         lower, upper = self._theta_limits()
 
@@ -426,11 +418,8 @@ class AdjointODE(ODEEstimator):
                 value = max(cost - best, 0.0) / threshold
                 if value < 1.0:  # inside: the next point on this side starts from here
                     x0s, theta = objective.split(objective.to_z(res.u))
-                    x0s = np.reshape(x0s, (posed.data.n_experiments, model.n_states))
-                    warm[side] = (theta, posed._replace(data=replace(
-                        posed.data, experiments=tuple(
-                            replace(e, x0=np.where(e.estimate_x0, x0s[k], e.x0))
-                            for k, e in enumerate(posed.data.experiments)))))
+                    warm[side] = (theta, posed._replace(
+                        data=posed.data.with_initial_states(x0s)))
                 return value
 
             stderr = self.theta_stderr_[j]
@@ -470,13 +459,10 @@ class AdjointODE(ODEEstimator):
     def _theta_limits(self):
         """Lower and upper limits of every parameter: ``bounds``, and 0 below where
         ``positive``."""
-        model = self.model
-        lower, upper = np.full(model.n_params, -np.inf), np.full(model.n_params, np.inf)
-        checked = check_bounds(self.bounds, model.n_params, model.param_names)
-        if checked is not None:
-            lower, upper = np.array(checked[0], float), np.array(checked[1], float)
-        positive = np.broadcast_to(np.asarray(self.positive, dtype=bool), (model.n_params,))
-        return np.where(positive, np.maximum(lower, 0.0), lower), upper
+        limits = bounds_with_positivity(self.bounds, self.positive, self.model)
+        if limits is None:
+            return np.full(self.model.n_params, -np.inf), np.full(self.model.n_params, np.inf)
+        return limits
 
     def _fitted_states(self, data):
         """The problem in the states the cost is posed in: the log of the states for
@@ -557,12 +543,8 @@ class AdjointODE(ODEEstimator):
             return (self._initial_theta(), data,
                     f"; init={other_name} could not fit these data ({exc}), so the start "
                     "was theta0")
-        rows = np.reshape(other.x0_, (data.n_experiments, data.n_states))
-        experiments = tuple(
-            replace(e, x0=np.where(e.estimate_x0 & np.isfinite(rows[k]), rows[k], e.x0))
-            for k, e in enumerate(data.experiments))
-        return (np.array(other.theta_, dtype=np.float64), replace(data, experiments=experiments),
-                f"; started from {other_name}'s fit")
+        return (np.array(other.theta_, dtype=np.float64),
+                data.with_initial_states(other.x0_), f"; started from {other_name}'s fit")
 
     def _bounds_in_u(self, objective, on_x0):
         """Bounds on the optimiser's variables (``on_x0``: on the initial state, in the

@@ -393,7 +393,7 @@ class BCDProxODE(ODEEstimator):
         z0s = np.array([X[0] for X in res.states])
         uncertainty = uncertainty_at_fit(
             model if transformed is None else transformed, scaled, theta, z0s, fitted=fitted,
-            sigma=None if self.sigma is None else 1.0, options=self._simulation_options())[0]
+            sigma=None if self.sigma is None else 1.0, options=self._simulation_options())
         states = res.states if transformed is None else [transformed.to_x(X)
                                                          for X in res.states]
         states = [X[::self.substeps] for X in states]  # at the sampling times

@@ -17,6 +17,7 @@ float64 ndarrays.
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -54,6 +55,17 @@ def _time_tensor(t, batch_shape):
     if t.ndim == 0:
         return torch.tensor(float(t), dtype=_DTYPE)
     return _as_tensor(np.broadcast_to(t, batch_shape))
+
+
+class _Compiled(NamedTuple):
+    """What :meth:`ODEModel.pointwise_field` and the Jacobians use: callables for one state
+    (``field``, ``jacobian``: compiled, or the torch methods), the compiled ``df/dtheta``
+    for one state and the grid functions ``(f, jac_x, jac_theta)``, each None when absent."""
+
+    field: object
+    jacobian: object
+    jacobian_theta: object
+    grid: object
 
 
 def _guarded(compiled, torch_path):
@@ -237,7 +249,7 @@ class ODEModel:
             ``theta`` of shape ``(n_params,)``, returning ``dx/dt`` of shape
             ``(n_states,)``.
         """
-        return self._pointwise()[0]
+        return self._pointwise().field
 
     def pointwise_jacobian(self):
         """``df/dx`` for one state at a time (stiff integrators): the recorded program
@@ -248,23 +260,30 @@ class ODEModel:
         callable
             ``jacobian(t, x, theta)`` returning ``(n_states, n_states)``.
         """
-        return self._pointwise()[1]
+        return self._pointwise().jacobian
 
     def _pointwise(self):
+        """The compiled functions (:class:`_Compiled`), built on first use."""
         cached = self.__dict__.get("_pointwise_cache")
         if cached is None:
             from ._compile import compile_field, grid_functions
 
-            # While compiling, every method takes its torch path (the checks compare to it).
-            self.__dict__["_pointwise_cache"] = (self.f, self.jac_x, None, None)
+            self._use_torch_path()  # while compiling: the checks compare to the torch path
             compiled = compile_field(self)
-            jacobian = None if compiled is None else compiled.jacobian
-            grid = None if compiled is None else grid_functions(self, compiled)
-            cached = (self.f if compiled is None else _guarded(compiled, self.f),
-                      self.jac_x if jacobian is None else _guarded(jacobian, self.jac_x),
-                      None if compiled is None else compiled.jacobian_theta, grid)
+            if compiled is None:
+                return self.__dict__["_pointwise_cache"]
+            cached = _Compiled(
+                field=_guarded(compiled, self.f),
+                jacobian=(self.jac_x if compiled.jacobian is None
+                          else _guarded(compiled.jacobian, self.jac_x)),
+                jacobian_theta=compiled.jacobian_theta,
+                grid=grid_functions(self, compiled))
             self.__dict__["_pointwise_cache"] = cached
         return cached
+
+    def _use_torch_path(self):
+        """Evaluate everything through torch (as when ``rhs`` does not compile)."""
+        self.__dict__["_pointwise_cache"] = _Compiled(self.f, self.jac_x, None, None)
 
     def __getstate__(self):
         """The instance's attributes without the compiled field (rebuilt on first use)."""
@@ -291,7 +310,7 @@ class ODEModel:
         ndarray of shape (..., n_states, n_states)
             The Jacobians.
         """
-        grid = self._pointwise()[3]
+        grid = self._pointwise().grid
         if grid is not None:  # the compiled program on the whole grid
             with np.errstate(all="ignore"):
                 return grid[1](t, np.asarray(x, dtype=np.float64),
@@ -392,12 +411,13 @@ class ODEModel:
         ndarray of shape (..., n_states, n_params)
             The Jacobians.
         """
-        grid = self._pointwise()[3]
+        grid = self._pointwise().grid
         if grid is not None:  # the compiled program on the whole grid
             with np.errstate(all="ignore"):  # torch's inf/nan, silently as torch does
                 return grid[2](t, np.asarray(x, dtype=np.float64),
                                np.asarray(theta, dtype=np.float64))
-        pointwise = self._pointwise()[2] if self.n_states <= _POINTWISE_MAX_STATES else None
+        pointwise = (self._pointwise().jacobian_theta
+                     if self.n_states <= _POINTWISE_MAX_STATES else None)
         if pointwise is not None:  # the compiled Jacobian, point by point
             x = np.asarray(x, dtype=np.float64)
             theta = np.asarray(theta, dtype=np.float64)

@@ -314,17 +314,16 @@ class WENDyODE(ODEEstimator):
         theta = full_theta(fit_model, res.theta)
         theta_ols = full_theta(fit_model, res.theta_ols)
         shooting_model = model if transformed is None else transformed
-        starts = [self._initial_state(shooting_model, e, tk, Uk, theta, sk, radii[0],
-                                      x0_bounds)
-                  for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
-                                                   res.radii)]
-        z0s = np.array([x for x, _ in starts])
-        # theta_'s covariance is WENDy's own; the initial values', the shooting's given
+        z0s = np.array([self._initial_state(shooting_model, e, tk, Uk, theta, sk, radii[0],
+                                            x0_bounds)
+                        for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
+                                                         res.radii)])
+        # theta_'s covariance is WENDy's own; the initial values', the conditional one given
         # theta plus theta's propagated through them (smoothing gives none: NaN).
         fitted = check_fixed(self.fixed, self._initial_theta(), model)[0]
         uncertainty = uncertainty_at_fit(
             shooting_model, data, theta, z0s, fitted=fitted, theta_cov=res.theta_cov,
-            options=self._simulation_options())[0]
+            options=self._simulation_options())
         x0s = z0s if transformed is None else transformed.to_x(z0s)
         data = original
 
@@ -357,28 +356,26 @@ class WENDyODE(ODEEstimator):
         return sigma_per_state(self.sigma, self.noise_kind, np.vstack(Us), type(self).__name__)
 
     def _initial_state(self, model, experiment, t, U, theta, sigma, radius, x0_bounds):
-        """``x0`` of one experiment and its standard errors: known components as given, the
-        others by ``x0_method`` from the smoothed data (or the given guess), within
-        ``x0_bounds``."""
+        """``x0`` of one experiment: known components as given, the others by ``x0_method``
+        from the smoothed data (or the given guess), within ``x0_bounds``."""
         free = experiment.estimate_x0
         smooth = smoothed_x0(t, U, radius)
         if x0_bounds is not None:
             smooth = np.clip(smooth, *x0_bounds)
         start = np.where(np.isfinite(experiment.x0), experiment.x0, smooth)
         if not free.any():
-            return start, np.zeros_like(start)
+            return start
         if self.x0_method == "smoothing":
-            return np.where(free, smooth, start), np.where(free, np.nan, 0.0)
+            return np.where(free, smooth, start)
         shoot = {"integrator": self.integrator, "rtol": max(self.rtol, SHOOT_RTOL),
                  "bounds": x0_bounds}
         n_win = shooting_window(t, U, smooth, sigma, radius)
-        x0, x0_stderr = shoot_initial_state(model, theta, t[:n_win], U[:n_win],
-                                            start, free=free, **shoot)
+        x0 = shoot_initial_state(model, theta, t[:n_win], U[:n_win], start, free=free,
+                                 **shoot)
         if self.x0_method == "shooting_all" and n_win < t.size:
             # From the window's x0, which is near the right basin, over everything.
-            x0, x0_stderr = shoot_initial_state(model, theta, t, U, x0, free=free,
-                                                **shoot)
-        return x0, x0_stderr
+            x0 = shoot_initial_state(model, theta, t, U, x0, free=free, **shoot)
+        return x0
 
 
 def complete_rows(experiment, index, estimator_name):
