@@ -127,7 +127,12 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
         J = objective.jacobian_z(u)
         r = objective.residual(u)
     except IntegrationError:
-        return FitUncertainty(np.full((n, n), np.nan), ())
+        # No forward solve through the fitted x0 (it blows up): the method's own theta
+        # covariance still stands; the initial values get none.
+        cov = np.full((n, n), np.nan)
+        if theta_cov is not None:
+            cov[objective.n_x0:, objective.n_x0:] = theta_cov
+        return FitUncertainty(cov, ())
     dof_fraction = max(1.0 - n / max(objective.n_data, 1), 1.0 / max(objective.n_data, 1))
     if noise == "per_state":
         columns, present = _data_row_columns(objective)

@@ -9,11 +9,14 @@ Call order of :func:`wendy_solve`:
    correction) for models affine in theta, :class:`NonlinearWeakForm` otherwise; its
    unweighted solve is the OLS start;
 3. IRLS: whiten with the residual covariance at the current iterate
-   (:func:`~._covariance.covariance_blocks`), solve the weighted problem, stop on a fixed
-   point, a Shapiro-Wilk test of the whitened residual, or ``max_iter``;
-4. without a fixed point, return the iterate with the smallest weak-form negative
-   log-likelihood; the covariance is the generalised least squares one at the returned
-   iterate.
+   (:func:`~._covariance.covariance_blocks`, its ``df/dx`` at the data decorrelated from
+   their own noise by :func:`~._smoothing.decorrelated_states`), solve the weighted problem,
+   stop on a fixed point, a Shapiro-Wilk test of the whitened residual, a stall (no better
+   weak-form likelihood in ``_STALL_ITERS`` iterations) or ``max_iter``;
+4. return the iterate with the smallest weak-form negative log-likelihood (the OLS start
+   included; at a fixed point, the fixed point unless an earlier iterate beats it, which
+   ``stop_reason`` then says); the covariance is the generalised least squares one at the
+   returned iterate.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ._covariance import (
     whiten,
 )
 from ._noise import estimate_noise
+from ._smoothing import decorrelated_states
 from ._testfunctions import MAX_TEST_FUNCTIONS, select_min_radius, test_function_matrices
 
 __all__ = ["LinearWeakForm", "NonlinearWeakForm", "WENDyResult", "wendy_solve"]
@@ -44,6 +48,12 @@ logger = logging.getLogger("sklode")
 # Shapiro-Wilk stop (seed 001): checked from iteration 10 on, stop when p < 1e-4.
 _SW_FIRST_ITER = 10
 _SW_LEVEL = 1e-4
+
+# Stall stop: the IRLS ends when this many iterations in a row found no iterate with a
+# smaller weak-form negative log-likelihood than the best so far. On Hindmarsh-Rose at 10 %
+# noise the iterates otherwise wander about their best for the whole of max_iter (7 of 10
+# fits ran 100 iterations); the best iterate is returned either way.
+_STALL_ITERS = 10
 
 # Relative change of theta below which the score's bias is not recomputed: the bias moves
 # theta by about one standard error and varies slowly with theta, so once theta moves by
@@ -300,10 +310,14 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     theta_ols = theta.copy()
 
     drift_gram = Phidot @ Phidot.T
+    # df/dx of the covariance at the data decorrelated from their own noise (see
+    # ._smoothing); bias_correction=False keeps the paper's covariance at the noisy data.
+    U_cov = U if not bias_correction else np.vstack(
+        [decorrelated_states(ti, Ui, r[0]) for ti, Ui, r in zip(ts, Us, radii)])
 
     def whitening(theta):
         """Cholesky factor of the residual covariance at ``theta``, and ``df/dx`` there."""
-        J = model.jac_x(t, U, theta)
+        J = model.jac_x(t, U_cov, theta)
         return whiten(covariance_blocks(Phi, Phidot, J, sigma_eff, drift_gram), alpha), J
 
     def assess(theta, Lc):
@@ -312,18 +326,24 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         nll = 0.5 * float(white @ white) + float(np.sum(np.log(np.diag(Lc))))
         return theta, nll, solve_triangular(Lc, system.jacobian(theta), lower=True)
 
+    def broke_down(n_iter, exc):
+        return DivergenceError(
+            f"WENDy's residual covariance broke down at iteration {n_iter} ({exc}); the "
+            f"iterate theta = {theta} makes the weak form singular. Try bounds, a closer "
+            "theta0, or a larger alpha.", n_iter=n_iter)
+
     history = []  # (theta_n, its weak-form NLL, its whitened Jacobian); n = 0 is OLS
     converged, stop_reason, n_iter = False, f"max_iter={max_iter} reached", 0
+    best_at = 0  # index in history of the smallest weak NLL so far
     for n_iter in range(1, max_iter + 1):
         try:
             Lc, J = whitening(theta)
             history.append(assess(theta, Lc))
             theta_new, white_res = system.solve_weighted(Lc, J, theta, history[-1][2])
         except np.linalg.LinAlgError as exc:  # a covariance that is not positive definite
-            raise DivergenceError(
-                f"WENDy's residual covariance broke down at iteration {n_iter} ({exc}); the "
-                f"iterate theta = {theta} makes the weak form singular. Try bounds, a closer "
-                "theta0, or a larger alpha.", n_iter=n_iter) from exc
+            raise broke_down(n_iter, exc) from exc
+        if history[-1][1] < history[best_at][1]:
+            best_at = len(history) - 1
         if not np.all(np.isfinite(theta_new)):
             raise DivergenceError(
                 f"WENDy iterates became non-finite at iteration {n_iter}; the data may not "
@@ -342,17 +362,29 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
             # regime where its covariance model holds.
             converged, stop_reason = True, "Shapiro-Wilk stop"
             break
-    if stop_reason.startswith("fixed point"):
-        Gw = history[-1][2]  # whitened at the previous iterate, equal to tol
-    else:
-        # Stopped without a fixed point (Shapiro-Wilk or max_iter): return the iterate with
-        # the smallest weak-form negative log-likelihood (WENDy-MLE's objective), never
-        # blindly the last one or the OLS start (a reference-code bug). On Hindmarsh-Rose at
-        # 20 % noise the IRLS drifts away from good iterates and can diverge.
+        if len(history) - 1 - best_at >= _STALL_ITERS:
+            converged = True
+            stop_reason = (f"stalled (no smaller weak NLL in {_STALL_ITERS} iterations: the "
+                           "iterates wander about the best one)")
+            break
+    # The last iterate is judged like the others: whichever has the smallest weak-form
+    # negative log-likelihood (WENDy-MLE's objective) is returned, never blindly the last
+    # one or the OLS start (a reference-code bug). At a fixed point that is the fixed point
+    # unless the weighted iterations raised the criterion on the way, which is then said.
+    try:
         history.append(assess(theta, whitening(theta)[0]))
-        best = int(np.argmin([nll for _, nll, _ in history]))
-        theta, _, Gw = history[best]
-        stop_reason += f"; iterate {best} of {len(history) - 1} returned (smallest weak NLL)"
+    except np.linalg.LinAlgError as exc:
+        raise broke_down(n_iter, exc) from exc
+    last = len(history) - 1
+    best = int(np.argmin([nll for _, nll, _ in history]))
+    if stop_reason.startswith("fixed point") and history[best][1] >= history[last][1] - 1e-9 * (
+            1.0 + abs(history[last][1])):
+        best = last  # the fixed point, up to round-off in its criterion
+    theta, _, Gw = history[best]
+    if best != last:
+        what = "the OLS start" if best == 0 else f"iterate {best} of {last}"
+        stop_reason += (f"; {what} returned: it has the smallest weak NLL "
+                        f"({history[best][1]:.6g}, the last iterate {history[last][1]:.6g})")
     # Parameter covariance of the generalised least squares estimate: (G^T C^-1 G)^-1, the
     # noise variance being already inside C through sigma.
     try:
