@@ -9,8 +9,9 @@ Writes ``benchmarks/results/wendy_calibration.json`` and ``.md``.
     python benchmarks/wendy_calibration.py --seeds 10 --systems van_der_pol,duffing
 
 The systems (none of them is one of the paper's, and none is used to tune the method):
-oscillators with degree-3 couplings (Van der Pol as a relaxation oscillator, Duffing),
-a stiff-ish relaxation oscillator (Van der Pol at mu = 4), a chemical network (mass-action
+oscillators with degree-3 couplings (Van der Pol, Duffing), stiff-ish relaxation
+oscillators (Van der Pol at mu = 4 on 1001 samples and at mu = 8 on 401, where each jump
+spans about 4 samples), a chemical network (mass-action
 Brusselator, Michaelis-Menten enzyme kinetics), an epidemic (SIR) and two chaotic ones
 (Lorenz-63, Rossler). Each is written in its coefficient form, affine in theta.
 """
@@ -82,6 +83,10 @@ def _systems():
                                np.linspace(0, 20, 401)),
         "van_der_pol_stiff": problem("van_der_pol_stiff", vdp, (1.0, 4.0, -4.0, -1.0),
                                      (2.0, 0.0), np.linspace(0, 25, 1001)),
+        # mu = 8 on 401 samples: each jump of the relaxation cycle spans about 4 samples.
+        "van_der_pol_relaxation": problem("van_der_pol_relaxation", vdp,
+                                          (1.0, 8.0, -8.0, -1.0), (2.0, 0.0),
+                                          np.linspace(0, 30, 401)),
         "duffing": problem("duffing", FunctionModel(duffing, ("u", "v"), ("delta", "alpha",
                                                                          "beta")),
                            (-0.1, -1.0, -0.5), (1.5, 0.0), np.linspace(0, 20, 401)),

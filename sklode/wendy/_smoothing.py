@@ -26,7 +26,7 @@ from ._testfunctions import ETA, _bump, is_uniform
 __all__ = ["local_quadratic", "smoothed_states", "decorrelated_states"]
 
 # Candidate smoothing radii, in multiples of the smallest test-function radius.
-_RADIUS_FACTORS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
+_RADIUS_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0)
 
 
 def _local_fit(t, U, radius, where):
@@ -118,7 +118,6 @@ def smoothed_states(t, U, min_radius):
     span = t[-1] - t[0]
     best = np.full(U.shape[1], np.inf)
     out = U.copy()
-    worse = 0
     for factor in _RADIUS_FACTORS:
         radius = factor * min_radius
         if factor > 1 and radius > span / 2:
@@ -127,10 +126,7 @@ def smoothed_states(t, U, min_radius):
         better = loo < best
         best[better] = loo[better]
         out[:, better] = smooth[:, better]
-        # The leave-one-out error is U-shaped in the radius: two larger radii that improve
-        # no state end the search.
-        worse = 0 if better.any() else worse + 1
-        if worse == 2:
+        if not better.any():  # the leave-one-out error is U-shaped in the radius
             break
     return out
 
