@@ -108,12 +108,12 @@ def summarise(fits):
     return summary
 
 
-def run(seeds, profile_seeds, n_jobs):
+def run(seeds, profile_seeds, n_jobs, methods=METHODS):
     from joblib import Parallel, delayed
 
     jobs = [(m, key, noise, s, m == "AdjointODE" and (key, noise) == PROFILED
              and s < profile_seeds)
-            for key, noise in CELLS for m in METHODS for s in range(seeds)]
+            for key, noise in CELLS for m in methods for s in range(seeds)]
     fits = Parallel(n_jobs=n_jobs)(delayed(one_fit)(*job) for job in jobs)
     results = {}
     for (m, key, noise, _, _), fit in zip(jobs, fits):
@@ -128,8 +128,21 @@ def main(argv=None):
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" /
                                                  "uncertainty"))
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help="rerun only these; the other rows are kept from the output JSON")
     args = parser.parse_args(argv)
-    results = run(args.seeds, args.profile_seeds, args.n_jobs)
+    methods = tuple(args.methods.split(","))
+    results = {}
+    previous = Path(args.output + ".json")
+    if set(methods) != set(METHODS) and previous.exists():
+        for row in json.loads(previous.read_text()):
+            key = (row.pop("problem"), row.pop("noise"), row.pop("method"))
+            if key[2] not in methods:
+                results[key] = row
+    fresh = run(args.seeds, args.profile_seeds, args.n_jobs, methods)
+    results = {cell: fresh.get(cell, results.get(cell))
+               for key, noise in CELLS for m in METHODS
+               for cell in [(key, noise, m)] if cell in fresh or cell in results}
     names = {"lotka_volterra": "Lotka-Volterra, 41 samples (absolute σ)",
              "lotka_volterra_1024": "Lotka-Volterra, 1024 samples (σ × RMS)",
              "seird_daily": "SEIRD, 61 daily counts (log-normal σ)"}

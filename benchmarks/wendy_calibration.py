@@ -134,15 +134,23 @@ def calibrate(problem, noise, seeds, **params):
         "param_names": list(problem.model.param_names)}
 
 
+# The same benchmark run at commit 75f4170, before the covariance's df/dx was decorrelated
+# from the noise (#16): the "before" columns.
+BEFORE = RESULTS / "wendy_calibration_before.json"
+
+
 def to_markdown(results):
-    lines = ["| system | σ_NR | coverage of 95 % intervals | mean z per parameter | "
-             "spread of z | median E2 | CPU s |", "|---|---|---|---|---|---|---|"]
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
+    lines = ["| system | σ_NR | coverage of 95 % intervals (before) | mean z per parameter | "
+             "spread of z | median E2 (before) | CPU s |", "|---|---|---|---|---|---|---|"]
     for name, cells in results.items():
         for noise, r in cells.items():
             mean = ", ".join(f"{p} {m:+.2f}" for p, m in zip(r["param_names"], r["mean_z"]))
             spread = ", ".join(f"{s:.2f}" for s in r["sd_z"])
-            lines.append(f"| {name} | {noise} | {r['coverage']:.3f} | {mean} | {spread} | "
-                         f"{r['median_E2']:.3g} | {r['median_cpu_s']:.2f} |")
+            old = before.get(name, {}).get(noise)
+            was = (f" ({old['coverage']:.3f})", f" ({old['median_E2']:.3g})") if old else ("", "")
+            lines.append(f"| {name} | {noise} | {r['coverage']:.3f}{was[0]} | {mean} | {spread} | "
+                         f"{r['median_E2']:.3g}{was[1]} | {r['median_cpu_s']:.2f} |")
     return "\n".join(lines)
 
 
