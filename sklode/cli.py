@@ -265,13 +265,21 @@ def main(argv=None):
                         help="noise level (a standard deviation, in the problem's convention)")
     p_demo.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        demo(args.problem, args.noise, args.seed)
-    elif args.command == "compare":
-        compare_command(args)
-    elif args.command == "fit":
-        if fit_command(args).cli_problems_:
-            return 1  # a fit that did not converge or fits poorly is not a success
+    from .exceptions import SklodeError
+
+    try:
+        if args.command == "demo":
+            demo(args.problem, args.noise, args.seed)
+        elif args.command == "compare":
+            compare_command(args)
+        elif args.command == "fit":
+            if fit_command(args).cli_problems_:
+                return 1  # a fit that did not converge or fits poorly is not a success
+    except (ValueError, TypeError, SklodeError, OSError) as exc:
+        # The estimators' messages name the argument, the value and the way out: a
+        # traceback would only bury them. Exit status 2, as argparse uses for bad usage.
+        print(f"sklode {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -94,3 +94,22 @@ def test_help_and_import_do_not_load_torch():
                          check=True).stdout.split()
     # --help answers from the parser alone: torch's import costs 1-3 s of the 4-5 s it took.
     assert out == ["False", "False"]
+
+
+def test_estimator_errors_are_one_line_on_stderr_and_exit_status_2(tmp_path, capsys):
+    d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    csv = tmp_path / "lv.csv"
+    csv.write_text("t,prey,predator\n" + "\n".join(
+        f"{t},{a},{b}" for t, (a, b) in zip(d.t, d.Y)) + "\n")
+    cases = [
+        (["--theta0", "1,2"], "theta0 has 2 entries but LotkaVolterra() has 4 parameters"),
+        (["--x0", "1,2,3"], "x0 must have shape (2,)"),
+    ]
+    for extra, message in cases:
+        status = main(["fit", str(csv), "--model", "LotkaVolterra", *extra])
+        err = capsys.readouterr().err
+        assert status == 2
+        assert err.startswith("sklode fit: error: ") and message in err
+        assert "Traceback" not in err and err.count("\n") == 1
+    assert main(["fit", str(tmp_path / "missing.csv"), "--model", "LotkaVolterra"]) == 2
+    assert "missing.csv" in capsys.readouterr().err
