@@ -417,6 +417,25 @@ def _per_experiment(value, n_experiments, width, name):
                      f"{arr.shape}.")
 
 
+def _warn_if_initial_time_is_ambiguous(model, estimate_x0, t0_values):
+    """Known initial values with ``t0`` left out are placed at the first observation time; a
+    user who meant time 0 (an outbreak's day 0 with counts from day 40) would get a silently
+    wrong fit, so say so whenever the two readings differ."""
+    known = [model.state_names[i] for i in np.flatnonzero(~estimate_x0)]
+    late = [t for t in t0_values if t != 0.0]
+    if known and late:
+        import warnings
+
+        from .exceptions import InitialTimeWarning
+
+        warnings.warn(
+            f"x0 gives the known initial values of {known} and t0 is None, so they are taken "
+            f"as the state at the first observation time (t={late[0]:g}). If x0 is the state "
+            f"at another time, pass it as t0 (t0=0.0 for time 0); pass t0={late[0]:g} to "
+            "confirm the first observation time and silence this warning.",
+            InitialTimeWarning, stacklevel=6)
+
+
 def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_x0=True,
                       min_samples=2, estimator_name="estimator"):
     """Validate training data and the initial-state settings into an :class:`ExperimentData`.
@@ -479,6 +498,7 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
                          f"x0 does not give them (x0={x0!r}): pass x0, or estimate them.")
     if t0 is None:
         t0_values = [float(ti[0]) for ti, *_ in checked]
+        _warn_if_initial_time_is_ambiguous(model, mask, t0_values)
     else:
         t0_arr = np.asarray(t0, dtype=np.float64).reshape(-1)
         if t0_arr.size == 1:

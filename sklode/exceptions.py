@@ -17,6 +17,7 @@ __all__ = [
     "ConvergenceWarning",
     "DivergenceError",
     "IdentifiabilityWarning",
+    "InitialTimeWarning",
     "IntegrationError",
     "ModelError",
     "NotLinearInThetaError",
@@ -88,3 +89,9 @@ class IdentifiabilityWarning(UserWarning):
     """The data cannot pin down some parameters or initial values (their Fisher information
     is singular or nearly so): the message names them and the combination the data do
     determine; their standard errors are infinite."""
+
+
+class InitialTimeWarning(UserWarning):
+    """Known initial values were given without ``t0`` and the data do not start at time 0,
+    so it is ambiguous which time they hold at: they are taken at the first observation time
+    (the documented default), and ``t0`` silences the warning."""

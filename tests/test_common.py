@@ -269,3 +269,23 @@ def test_each_solver_runs_without_the_estimator_shell(lv, fitted):
     x0, theta = objective.split(objective.to_z(adjoint.u))
     assert np.array_equal(theta, fitted[AdjointODE].theta_)
     assert np.array_equal(x0, fitted[AdjointODE].x0_)
+
+
+@pytest.mark.parametrize("Estimator", [AdjointODE, BCDProxODE, WENDyODE])
+def test_known_x0_without_t0_warns_when_the_data_do_not_start_at_zero(Estimator):
+    from sklode.exceptions import InitialTimeWarning
+
+    d = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
+    t, Y = d.t[::8], d.Y[::8]  # 128 samples: enough for every method, cheap
+    x0 = d.problem.x0
+    settings = {"theta0": (3.0, 1.0, 6.0, 1.0), "x0": x0, "estimate_x0": False}
+    # Data from t = 40 with x0 known and t0 left out: taken at t = 40 (the documented
+    # default), which a user who meant day 0 would not see. The warning says so.
+    with pytest.warns(InitialTimeWarning, match=r"first observation time \(t=40\).*t0=0.0"):
+        est = Estimator(LotkaVolterra(), **settings).fit(t + 40.0, Y)
+    assert est.t0_ == 40.0
+    # No ambiguity, no warning: the data start at 0, or t0 is given.
+    for times, t0 in ((t, None), (t + 40.0, 40.0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", InitialTimeWarning)
+            Estimator(LotkaVolterra(), **settings, t0=t0).fit(times, Y)
