@@ -178,7 +178,8 @@ class WENDyODE(ODEEstimator):
     n_iter_ : int
         IRLS iterations run.
     converged_ : bool
-        Whether the IRLS stopped by a fixed point or the Shapiro-Wilk test.
+        Whether the IRLS stopped by a rule (a fixed point, the Shapiro-Wilk test, or a stall:
+        the weak-form likelihood no longer improving) rather than at ``max_iter``.
     fit_adequate_ : bool or None
         Whether the fit passed the adequacy check: the prediction's RMS residual is at most
         2.5 noise levels (estimated from the data) in every observed state; a failed check
@@ -188,7 +189,8 @@ class WENDyODE(ODEEstimator):
         That RMS residual over the noise level, per observed state (near 1 for an adequate
         fit).
     stop_reason_ : str
-        Why the IRLS stopped, and which iterate was returned, in words.
+        Why the IRLS stopped, and which iterate was returned, in words: always the one with
+        the smallest weak-form negative log-likelihood, the OLS start included.
     solver_ : str
         Which path ran (linear or nonlinear IRLS, bias correction, bounds).
     n_test_functions_ : int

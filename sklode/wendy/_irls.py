@@ -11,8 +11,9 @@ Call order of :func:`wendy_solve`:
 3. IRLS: whiten with the residual covariance at the current iterate
    (:func:`~._covariance.covariance_blocks`, its ``df/dx`` at the data decorrelated from
    their own noise by :func:`~._smoothing.decorrelated_states`), solve the weighted problem,
-   stop on a fixed point, a Shapiro-Wilk test of the whitened residual, a stall (no better
-   weak-form likelihood in ``_STALL_ITERS`` iterations) or ``max_iter``;
+   stop on a fixed point, a Shapiro-Wilk test of the whitened residual, a stall (the best
+   weak-form likelihood gained less than ``_STALL_GAIN`` over ``_STALL_ITERS`` iterations)
+   or ``max_iter``;
 4. return the iterate with the smallest weak-form negative log-likelihood (the OLS start
    included; at a fixed point, the fixed point unless an earlier iterate beats it, which
    ``stop_reason`` then says); the covariance is the generalised least squares one at the
