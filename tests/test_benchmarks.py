@@ -59,3 +59,33 @@ def test_coverage_benchmark_scores_one_fit_per_method():
         assert len(fit["theta"]) == 4 and len(fit["x0"]) == 2
     summary = uncertainty.summarise([fit, None])  # a failed fit (None) is left out
     assert summary["fits"] == 1 and 0.0 <= summary["pooled"] <= 1.0
+
+
+def test_head_to_head_draws_follow_the_peers_recipe_and_the_peers_file_covers_them():
+    import json
+
+    import wendy as wendy_benchmark
+
+    for noise in (0.05, 0.2):
+        problem, U = wendy_benchmark.h2h_data("wendy_logistic", noise, 3)
+        X = problem.clean_states()
+        Z = np.random.default_rng(3).standard_normal(X.shape)
+        # U = U* + sigma_NR RMS(U*) Z with the same Z at every noise level
+        np.testing.assert_allclose(U, X + noise * np.sqrt(np.mean(X**2)) * Z, rtol=0,
+                                   atol=1e-14)
+    peers = json.loads(wendy_benchmark.PEERS.read_text())
+    for name in wendy_benchmark.PROBLEMS:
+        for noise in wendy_benchmark.NOISES:
+            cell = peers[name][str(noise)]
+            assert sorted(cell, key=int) == [str(s) for s in range(10)]
+            assert all(isinstance(cell[s]["py2023"], float) for s in cell)
+
+
+def test_calibration_benchmark_scores_z_of_one_system():
+    import wendy_calibration
+
+    problem = wendy_calibration._systems()["sir"]
+    r = wendy_calibration.calibrate(problem, 0.03, 2)
+    assert r["n_seeds"] == 2 and len(r["mean_z"]) == 2 and 0 <= r["coverage"] <= 1
+    # a 3 % fit of SIR is within a few standard errors (measured |z| < 1.5 on these seeds)
+    assert np.all(np.abs(r["mean_z"]) < 4)
