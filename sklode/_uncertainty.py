@@ -250,7 +250,8 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
         cov[bad, :] = np.nan
         cov[:, bad] = np.nan
         cov[bad, bad] = np.inf
-    return FitUncertainty(cov, tuple(unidentifiable))
+    # several singular directions among the same unknowns read the same: say it once
+    return FitUncertainty(cov, tuple(dict.fromkeys(unidentifiable)))
 
 
 def _combination(names, relative):

@@ -151,3 +151,16 @@ def test_profile_refuses_other_data_and_bad_arguments():
         est.profile_intervals(d.t, d.Y, parameters=["zeta"])
     with pytest.raises(ValueError, match="level must be strictly between 0 and 1"):
         est.profile_intervals(d.t, d.Y, level=1.0)
+
+
+def test_two_weak_directions_among_the_same_unknowns_are_named_once():
+    from sklode._uncertainty import _covariance
+
+    # Four unknowns whose sensitivities span only two dimensions: two singular directions,
+    # each involving all four. The message named them twice ("a, b, c, d separately (...);
+    # a, b, c, d separately (...)") on a far-off AdjointODE fit with x0 known.
+    rng = np.random.default_rng(3)  # a draw whose two directions both involve all four
+    J = rng.standard_normal((30, 2)) @ rng.standard_normal((2, 4))
+    result = _covariance(J, 1.0, np.ones(4), np.ones(4), ["a", "b", "c", "d"])
+    assert len(result.unidentifiable) == len(set(result.unidentifiable)) >= 1
+    assert np.all(np.isinf(np.diag(result.cov)))
