@@ -276,14 +276,15 @@ def section_h2h(seeds=10):
             rows = []
             for seed in range(seeds):
                 problem, U = h2h_data(name, noise, seed)
-                est, cpu = _timed_fit(WENDyODE(problem.model), SimpleNamespace(t=problem.t, Y=U))
+                draw = SimpleNamespace(t=problem.t, Y=U)
+                est, cpu = _timed_fit(WENDyODE(problem.model), draw)
                 peer = peers[name][str(noise)][str(seed)]
                 row = {"seed": seed, "E2": relative_coefficient_error(est.theta_, problem.theta),
                        "py2023": peer.get("py2023"), "pyhead": peer.get("pyhead"),
                        "cpu_s": cpu, "cpu_s_theta": theta_cpu(problem, U),
                        "n_iter": est.n_iter_, "stop": est.stop_reason_}
                 if name != "wendy_hindmarsh_rose":  # its output-error fits: 10-60 CPU s each
-                    mle, _ = _mle_fit(problem, SimpleNamespace(t=problem.t, Y=U))
+                    mle, _ = _mle_fit(problem, draw)
                     row["E2_mle"] = relative_coefficient_error(mle.theta_, problem.theta)
                 rows.append(row)
             out[name][str(noise)] = rows

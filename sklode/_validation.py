@@ -14,10 +14,13 @@ Messages name the value received and the way out, e.g.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 from sklearn.utils import check_array
+
+from .exceptions import InitialTimeWarning
 
 __all__ = [
     "NOISE_KINDS",
@@ -424,10 +427,6 @@ def _warn_if_initial_time_is_ambiguous(model, estimate_x0, t0_values):
     known = [model.state_names[i] for i in np.flatnonzero(~estimate_x0)]
     late = [t for t in t0_values if t != 0.0]
     if known and late:
-        import warnings
-
-        from .exceptions import InitialTimeWarning
-
         warnings.warn(
             f"x0 gives the known initial values of {known} and t0 is None, so they are taken "
             f"as the state at the first observation time (t={late[0]:g}). If x0 is the state "

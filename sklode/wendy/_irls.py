@@ -345,7 +345,6 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
 
     history = []  # (theta_n, its weak-form NLL, its whitened Jacobian); n = 0 is OLS
     converged, stop_reason, n_iter = False, f"max_iter={max_iter} reached", 0
-    best_so_far = []  # the smallest weak NLL up to each iterate
     for n_iter in range(1, max_iter + 1):
         try:
             Lc, J = whitening(theta)
@@ -353,7 +352,6 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
             theta_new, white_res = system.solve_weighted(Lc, J, theta, history[-1][2])
         except np.linalg.LinAlgError as exc:  # a covariance that is not positive definite
             raise broke_down(n_iter, exc) from exc
-        best_so_far.append(min(history[-1][1], best_so_far[-1] if best_so_far else np.inf))
         if not np.all(np.isfinite(theta_new)):
             raise DivergenceError(
                 f"WENDy iterates became non-finite at iteration {n_iter}; the data may not "
@@ -372,8 +370,9 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
             # regime where its covariance model holds.
             converged, stop_reason = True, "Shapiro-Wilk stop"
             break
-        if (len(best_so_far) > _STALL_ITERS
-                and best_so_far[-1 - _STALL_ITERS] - best_so_far[-1] < _STALL_GAIN):
+        nlls = [nll for _, nll, _ in history]
+        if (len(nlls) > _STALL_ITERS
+                and min(nlls[:-_STALL_ITERS]) - min(nlls) < _STALL_GAIN):
             converged = True
             stop_reason = (f"stalled (the weak NLL fell by less than {_STALL_GAIN:g} in "
                            f"{_STALL_ITERS} iterations: the iterates wander about, or creep "
@@ -385,15 +384,15 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     # unless the weighted iterations raised the criterion on the way, which is then said.
     # A fixed point moved by less than tol from the last whitened iterate, so it is judged
     # with that iterate's covariance (one covariance fewer: a quarter of a 3-iteration fit).
+    fixed = stop_reason.startswith("fixed point")
     try:
-        fixed = stop_reason.startswith("fixed point")
         history.append(assess(theta, Lc if fixed else whitening(theta)[0]))
     except np.linalg.LinAlgError as exc:
         raise broke_down(n_iter, exc) from exc
     last = len(history) - 1
-    best = int(np.argmin([nll for _, nll, _ in history]))
-    if stop_reason.startswith("fixed point") and history[best][1] >= history[last][1] - 1e-9 * (
-            1.0 + abs(history[last][1])):
+    weak_nll = np.array([nll for _, nll, _ in history])
+    best = int(np.argmin(weak_nll))
+    if fixed and weak_nll[best] >= weak_nll[last] - 1e-9 * (1.0 + abs(weak_nll[last])):
         best = last  # the fixed point, up to round-off in its criterion
     theta, _, Gw = history[best]
     if best != last:
@@ -407,7 +406,7 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     except np.linalg.LinAlgError:
         theta_cov = np.full((theta.size, theta.size), np.nan)
     return WENDyResult(theta=theta, theta_cov=theta_cov, sigma=sigma, theta_ols=theta_ols,
-                       weak_nll=np.array([nll for _, nll, _ in history]), returned=best,
+                       weak_nll=weak_nll, returned=best,
                        n_iter=n_iter, converged=converged, stop_reason=stop_reason,
                        solver=solver, n_test_functions=Phi.shape[0], radii=radii,
                        sigmas=sigmas)

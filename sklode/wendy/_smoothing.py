@@ -3,8 +3,8 @@
 The residual covariance ``L L^T`` needs ``df/dx`` along the trajectory. The paper evaluates
 it at the noisy data, which makes the weights depend on the very noise they weight: on
 logistic growth at 20 % noise that correlation biased both coefficients by 0.5-0.7 of their
-standard deviation (mean z-scores -0.74 and +0.53 over 30 draws; 0.02 with the weights
-evaluated at the clean states). Evaluating it at a smooth estimate of the states instead
+standard deviation (mean z-scores -0.74 and +0.53 over 30 draws; 0.03 and -0.05 with the
+weights evaluated at the clean states). Evaluating it at a smooth estimate of the states instead
 removes the correlation but also the variance the noise adds through ``df/dx`` itself,
 which the noisy data carry implicitly: the covariance then nearly vanishes on
 combinations of test functions close to the ODE's adjoint solutions, and on Lotka-Volterra
