@@ -33,9 +33,13 @@ from ._uncertainty import warn_unidentifiable
 from ._validation import (
     NOISE_KINDS,
     _is_experiment_list,
+    as_float_array,
     bounds_with_positivity,
     check_experiments,
     check_fixed,
+    check_positive,
+    check_sample_weight,
+    check_series,
     check_theta0,
     check_times,
 )
@@ -125,8 +129,33 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             estimator_name=type(self).__name__)
 
     def _initial_theta(self):
-        """``theta0`` as a checked float64 vector (the model's default guess when None)."""
-        return check_theta0(self.theta0, self.model)
+        """``theta0`` as a checked float64 vector inside ``bounds`` and ``positive``.
+
+        A ``theta0`` the user gave outside them is refused (a start the method would have to
+        move without saying so); the model's default guess (``theta0=None``) is moved into
+        them, since the user chose only the bounds."""
+        theta0 = check_theta0(self.theta0, self.model)
+        limits = bounds_with_positivity(self.bounds, self.positive, self.model)
+        if limits is None:
+            return theta0
+        lo, hi = limits
+        held = set(self.fixed or ())
+        free = np.array([name not in held for name in self.model.param_names])
+        if self.theta0 is None:
+            inside = np.clip(theta0, lo, hi)
+            # a log-scale parameter cannot start at 0: half way into its interval instead
+            at_zero = check_positive(self.positive, self.model.n_params) & (inside <= 0)
+            return np.where(at_zero, np.minimum(1.0, hi / 2), inside)
+        outside = free & ((theta0 < lo) | (theta0 > hi))
+        if outside.any():
+            k = int(np.flatnonzero(outside)[0])
+            name = self.model.param_names[k]
+            raise ValueError(
+                f"theta0 starts {name}={theta0[k]:g} outside its allowed range "
+                f"[{lo[k]:g}, {hi[k]:g}] (from bounds= and positive=). Start inside it (or "
+                "leave theta0=None: the model's default guess is then moved into it), or "
+                "widen the bounds.")
+        return theta0
 
     def _bounded_theta_problem(self, model=None):
         """The model to fit, its start and bounds, for methods whose theta-steps are linear
@@ -205,9 +234,19 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         n_experiments = getattr(self, "_n_experiments", 0)
         if x0 is not None:  # a new experiment with the fitted theta
-            x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
+            x0 = as_float_array(x0, "x0", example="numbers, one per state")
+            if x0.shape != (self.model.n_states,) or not np.all(np.isfinite(x0)):
+                raise ValueError(
+                    f"x0 of a new experiment must be {self.model.n_states} finite numbers, "
+                    f"one per state {self.model.state_names}; got {x0.tolist()}.")
             times = check_times(t)
-            return [(times, x0, float(np.min(times)) if t0 is None else float(t0))], False
+            if t0 is None:
+                return [(times, x0, float(np.min(times)))], False
+            t0 = as_float_array(t0, "t0", example="time")
+            if t0.size != 1 or not np.isfinite(t0).all():
+                raise ValueError(f"t0 of a new experiment must be one finite time; got "
+                                 f"{t0.tolist()}.")
+            return [(times, x0, float(t0.reshape(-1)[0]))], False
         if t0 is not None:
             raise ValueError("t0 is the time of a new experiment's x0: pass x0 with it.")
         if _is_experiment_list(t):
@@ -319,9 +358,13 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                          **self._simulation_options())[:, columns]
                 for x0, e in zip(self._refitted_initial_states(data), data.experiments)])
         else:
-            Y_pred = np.reshape(self.predict(t), (len(check_times(t)), -1))
-            Y_true = np.asarray(Y, dtype=np.float64).reshape(Y_pred.shape)
-        weights = None if sample_weight is None else np.asarray(sample_weight, np.float64)
+            observed = list(self.observed_)
+            times, Y_true, _ = check_series(
+                t, Y, n_observed=len(observed), estimator_name=type(self).__name__,
+                observed_names=[self.model.state_names[i] for i in observed])
+            Y_pred = np.reshape(self.predict(times), (len(times), -1))
+        weights = None if sample_weight is None else check_sample_weight(sample_weight,
+                                                                          len(Y_true))
         scores = []
         for column in range(Y_true.shape[1]):
             present = np.isfinite(Y_true[:, column])

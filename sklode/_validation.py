@@ -26,10 +26,13 @@ __all__ = [
     "NOISE_KINDS",
     "Experiment",
     "ExperimentData",
+    "as_float_array",
     "check_bounds",
     "check_experiments",
     "check_fixed",
     "check_positive",
+    "check_sample_weight",
+    "check_series",
     "check_observed",
     "check_theta0",
     "check_times",
@@ -138,11 +141,52 @@ def _feature_names(t):
     return np.asarray([str(c) for c in columns], dtype=object)
 
 
-def check_times(t, *, name="t"):
+def as_float_array(value, name, *, example="numbers"):
+    """``value`` as a float64 array, or a ValueError naming ``name`` for text, complex values,
+    objects or ragged nesting (numpy's own messages name neither the argument nor the fix).
+
+    Parameters
+    ----------
+    value : array-like
+    name : str
+        The argument's name, for messages.
+    example : str, default="numbers"
+        What the argument should hold, for messages.
+
+    Returns
+    -------
+    ndarray of float64
+        A new array (never a view of ``value``).
+    """
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real {example}; got complex values {value!r}.")
+    try:
+        return np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be real {example}; got {value!r} ({exc}).") from None
+
+
+def _checked_array(value, name, **kwargs):
+    """scikit-learn's ``check_array`` to float64, with numpy's conversion errors (text,
+    objects) and the complex-data error naming the argument and the way out."""
+    try:
+        return check_array(value, dtype=np.float64, input_name=name, copy=True, **kwargs)
+    except (TypeError, ValueError) as exc:
+        text = str(exc)
+        if text.startswith("Complex data not supported"):
+            raise ValueError(f"{name}: Complex data not supported. Pass real numbers (the "
+                             "real part or the modulus).") from None
+        if isinstance(exc, ValueError) and not text.startswith("could not convert"):
+            raise  # scikit-learn's own messages name the argument already
+        raise ValueError(f"{name} must hold numbers (NaN where a value is missing); "
+                         f"{text}.") from None
+
+
+def check_times(t, *, name="t", ensure_min_samples=1):
     """Validate a time vector given as ``(n,)`` or ``(n, 1)``; return a 1-D float64 copy.
 
-    Sparse, complex, object, empty and non-finite input raise scikit-learn's usual errors.
-    Order and repeats are kept (prediction accepts both).
+    Sparse, complex, text, object, empty and non-finite input raise ``ValueError`` naming
+    ``name``. Order and repeats are kept (prediction accepts both).
 
     Parameters
     ----------
@@ -150,13 +194,19 @@ def check_times(t, *, name="t"):
         Times.
     name : str, default="t"
         The argument's name, for messages.
+    ensure_min_samples : int, default=1
+        Fewest times accepted (0: an empty vector passes, for callers that say more).
 
     Returns
     -------
     ndarray of shape (n_times,)
         A float64 copy.
     """
-    arr = check_array(t, ensure_2d=False, dtype=np.float64, input_name=name, copy=True)
+    if t is None:
+        raise ValueError(f"{name} is None: pass the observation times, an array of shape "
+                         "(n_samples,).")
+    arr = _checked_array(t, name, ensure_2d=False, ensure_min_samples=ensure_min_samples,
+                         allow_nd=True)
     if arr.ndim == 2:
         if arr.shape[1] != 1:
             raise ValueError(
@@ -186,7 +236,12 @@ def check_theta0(theta0, model):
     """
     if theta0 is None:
         return model.theta_guess()
-    theta0 = np.array(theta0, dtype=np.float64).reshape(-1)
+    theta0 = as_float_array(theta0, "theta0", example=f"numbers, one per parameter "
+                                                      f"{model.param_names}")
+    if theta0.ndim > 1:
+        raise ValueError(f"theta0 must be a vector of {model.n_params} numbers, one per "
+                         f"parameter {model.param_names}; got shape {theta0.shape}.")
+    theta0 = theta0.reshape(-1)
     if theta0.shape != (model.n_params,):
         raise ValueError(f"theta0 has {theta0.size} entries but {model!r} has "
                          f"{model.n_params} parameters {model.param_names}.")
@@ -231,7 +286,7 @@ def check_observed(observed, model):
     return tuple(indices)
 
 
-def check_bounds(bounds, n_params, param_names=None):
+def check_bounds(bounds, n_params, param_names=None, *, name="bounds"):
     """``(lower, upper)`` arrays of shape ``(n_params,)`` from scalars or vectors, checked.
 
     Parameters
@@ -241,6 +296,8 @@ def check_bounds(bounds, n_params, param_names=None):
     n_params : int
     param_names : tuple of str, optional
         For messages.
+    name : str, default="bounds"
+        The argument's name, for messages (``x0_bounds`` bounds the initial state).
 
     Returns
     -------
@@ -250,19 +307,21 @@ def check_bounds(bounds, n_params, param_names=None):
         return None
     try:
         lo, hi = bounds
+        if np.iscomplexobj(lo) or np.iscomplexobj(hi):
+            raise TypeError("complex bounds")
         lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n_params,)).copy()
         hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n_params,)).copy()
     except (TypeError, ValueError):
-        raise ValueError(f"bounds must be (lower, upper), each a number or {n_params} "
+        raise ValueError(f"{name} must be (lower, upper), each a real number or {n_params} "
                          f"numbers; got {bounds!r}.") from None
     if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
-        raise ValueError(f"bounds must not contain NaN (use -inf/inf for no bound); got "
+        raise ValueError(f"{name} must not contain NaN (use -inf/inf for no bound); got "
                          f"{bounds!r}.")
     if np.any(lo >= hi):
         k = int(np.flatnonzero(lo >= hi)[0])
-        name = param_names[k] if param_names else f"theta[{k}]"
-        raise ValueError(f"bounds: every lower bound must be below its upper bound; for "
-                         f"{name} got lower={lo[k]:g} >= upper={hi[k]:g}.")
+        which = param_names[k] if param_names else f"entry {k}"
+        raise ValueError(f"{name}: every lower bound must be below its upper bound; for "
+                         f"{which} got lower={lo[k]:g} >= upper={hi[k]:g}.")
     return lo, hi
 
 
@@ -294,7 +353,10 @@ def check_fixed(fixed, theta0, model):
         if name not in model.param_names:
             raise ValueError(f"fixed names the parameter {name!r}, which {model!r} does not "
                              f"have; its parameters are {model.param_names}.")
-        value = float(value)
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"fixed[{name!r}] must be a real number; got {value!r}.") from None
         if not np.isfinite(value):
             raise ValueError(f"fixed[{name!r}] must be finite; got {value}.")
         k = model.param_names.index(name)
@@ -318,7 +380,7 @@ def check_positive(positive, n_params):
     ndarray of bool
     """
     mask = np.asarray(positive)
-    if mask.ndim == 0:
+    if mask.ndim == 0 and mask.dtype == bool:
         return np.full(n_params, bool(mask))
     if mask.shape != (n_params,) or mask.dtype != bool:
         raise ValueError(f"positive must be True, False or {n_params} booleans (one per "
@@ -362,16 +424,41 @@ def _is_experiment_list(t):
         np.ndim(item) >= 1 for item in t)
 
 
-def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimator_name):
-    where = "" if index is None else f" (experiment {index})"
-    t_arr = check_times(t)
+def check_series(t, Y, *, n_observed, observed_names, min_samples=1, estimator_name,
+                 where=""):
+    """One series ``(t, Y)`` as float64 copies in the order given, with its shapes checked.
+
+    Parameters
+    ----------
+    t : array-like of shape (n_samples,) or (n_samples, 1)
+    Y : array-like of shape (n_samples, n_observed) or (n_samples,)
+        NaN where an entry is missing; at least one must be present.
+    n_observed : int
+        Number of columns ``Y`` must have.
+    observed_names : sequence of str
+        The observed states, for messages.
+    min_samples : int, default=1
+        Fewest time points accepted.
+    estimator_name : str
+        For messages.
+    where : str, default=""
+        Which experiment, for messages (e.g. ``" (experiment 1)"``).
+
+    Returns
+    -------
+    t : ndarray of shape (n_samples,)
+    Y : ndarray of shape (n_samples, n_observed)
+    y_ndim : int
+        1 if ``Y`` was a vector.
+    """
+    t_arr = check_times(t, ensure_min_samples=0)
     if Y is None:
         raise ValueError(
             f"{estimator_name} requires y to be passed, but the target y is None. Pass the "
             "observed states Y of shape (n_samples, n_observed)."
         )
-    Y_arr = check_array(Y, ensure_2d=False, dtype=np.float64, input_name="Y", copy=True,
-                        ensure_all_finite="allow-nan")
+    Y_arr = _checked_array(Y, "Y", ensure_2d=False, ensure_all_finite="allow-nan",
+                           ensure_min_samples=0, ensure_min_features=0, allow_nd=True)
     y_ndim = Y_arr.ndim
     if y_ndim == 1:
         Y_arr = Y_arr[:, None]
@@ -393,6 +480,38 @@ def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimato
             f"{n_observed}, one per observed state {tuple(observed_names)}. Reorder or select "
             "the columns of Y to match, or set which states are observed with observed=."
         )
+    if not np.isfinite(Y_arr).any():
+        raise ValueError(f"Y{where} has no observed value: every entry is NaN.")
+    return t_arr, Y_arr, y_ndim
+
+
+def check_sample_weight(sample_weight, n_samples):
+    """``sample_weight`` as ``n_samples`` finite non-negative float64 weights.
+
+    Parameters
+    ----------
+    sample_weight : array-like of shape (n_samples,)
+    n_samples : int
+
+    Returns
+    -------
+    ndarray of shape (n_samples,)
+    """
+    weights = _checked_array(sample_weight, "sample_weight", ensure_2d=False,
+                             ensure_min_samples=0)
+    if weights.shape != (n_samples,):
+        raise ValueError(f"sample_weight must have shape ({n_samples},), one weight per "
+                         f"sample; got shape {weights.shape}.")
+    if np.any(weights < 0):
+        raise ValueError(f"sample_weight must be non-negative; got {weights.min():g}.")
+    return weights
+
+
+def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimator_name):
+    where = "" if index is None else f" (experiment {index})"
+    t_arr, Y_arr, y_ndim = check_series(
+        t, Y, n_observed=n_observed, observed_names=observed_names, min_samples=min_samples,
+        estimator_name=estimator_name, where=where)
     order = np.argsort(t_arr, kind="stable")
     t_sorted, Y_sorted = t_arr[order], Y_arr[order]
     repeated = np.flatnonzero(np.diff(t_sorted) == 0)
@@ -402,15 +521,12 @@ def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimato
             f"least twice ({repeated.size} repeat(s) in all). Average or remove repeated "
             "measurements before fitting."
         )
-    mask = np.isfinite(Y_sorted)
-    if not mask.any():
-        raise ValueError(f"Y{where} has no observed value: every entry is NaN.")
-    return t_sorted, Y_sorted, mask, y_ndim
+    return t_sorted, Y_sorted, np.isfinite(Y_sorted), y_ndim
 
 
 def _per_experiment(value, n_experiments, width, name):
     """``value`` as ``(n_experiments, width)``: one row for all or one row each."""
-    arr = np.asarray(value, dtype=np.float64)
+    arr = as_float_array(value, name, example="numbers, one per state (NaN: unknown)")
     if arr.ndim <= 1 and arr.size == width:
         return np.broadcast_to(arr.reshape(-1), (n_experiments, width)).copy()
     if arr.shape == (n_experiments, width):
@@ -485,7 +601,7 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     if np.any(np.isinf(x0_rows)):
         raise ValueError(f"x0 must be finite (NaN marks an unknown component); got {x0}.")
     mask = np.asarray(estimate_x0)
-    if mask.ndim == 0:
+    if mask.ndim == 0 and mask.dtype == bool:
         mask = np.full(n_states, bool(mask))
     elif mask.shape != (n_states,) or mask.dtype != bool:
         raise ValueError(f"estimate_x0 must be True, False or {n_states} booleans (one per "
@@ -499,7 +615,8 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         t0_values = [float(ti[0]) for ti, *_ in checked]
         _warn_if_initial_time_is_ambiguous(model, mask, t0_values)
     else:
-        t0_arr = np.asarray(t0, dtype=np.float64).reshape(-1)
+        t0_arr = as_float_array(t0, "t0", example="times, one or one per experiment"
+                                ).reshape(-1)
         if t0_arr.size == 1:
             t0_arr = np.repeat(t0_arr, n_exp)
         if t0_arr.size != n_exp or not np.all(np.isfinite(t0_arr)):

@@ -167,8 +167,18 @@ def _model_by_name(name):
     if isinstance(cls, type) and issubclass(cls, models.ODEModel) and cls is not models.ODEModel:
         return cls()
     zoo = [n for n in models.__all__ if n not in ("ODEModel", "FunctionModel", "check_model")]
-    raise SystemExit(f"Unknown model {name!r}: use a zoo class ({', '.join(zoo)}) or a "
+    raise ValueError(f"Unknown model {name!r}: use a zoo class ({', '.join(zoo)}) or a "
                      f"problem name ({', '.join(list_problems())}).")
+
+
+def _number(text, where):
+    """A float from a CSV cell or an option; empty or 'nan' is a missing value."""
+    text = text.strip()
+    try:
+        return float(text) if text else float("nan")
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a number (use an empty cell or nan for a "
+                         "missing value).") from None
 
 
 def fit_command(args, out=None):
@@ -183,23 +193,33 @@ def fit_command(args, out=None):
     out = sys.stdout if out is None else out
     model = _model_by_name(args.model)
     with open(args.csv, newline="") as fh:
-        rows = list(csv.reader(fh))
+        rows = [row for row in csv.reader(fh) if row]
+    if not rows:
+        raise ValueError(f"{args.csv} is empty: it needs a header row ({args.time_column} and "
+                         "state names) and one row per time.")
     header, body = rows[0], rows[1:]
     if args.time_column not in header:
-        raise SystemExit(f"{args.csv} has no time column {args.time_column!r} "
+        raise ValueError(f"{args.csv} has no time column {args.time_column!r} "
                          f"(columns: {header}); use --time-column.")
     columns = [c for c in header if c != args.time_column]
     unknown = [c for c in columns if c not in model.state_names]
     if unknown:
-        raise SystemExit(f"Columns {unknown} are not states of {model!r} "
+        raise ValueError(f"Columns {unknown} are not states of {model!r} "
                          f"{model.state_names}; name each data column after its state.")
-    values = np.array([[float(v) for v in row] for row in body if row], dtype=np.float64)
+    short = [k + 2 for k, row in enumerate(body) if len(row) != len(header)]
+    if short:
+        raise ValueError(f"{args.csv} row {short[0]} has a different number of cells than "
+                         f"its header {header} ({len(short)} such row(s)); leave a cell "
+                         "empty for a missing value.")
+    values = np.array([[_number(v, f"{args.csv} row {k + 2}, column {header[j]!r}")
+                        for j, v in enumerate(row)] for k, row in enumerate(body)],
+                      dtype=np.float64).reshape(len(body), len(header))
     t = values[:, header.index(args.time_column)]
     Y = values[:, [header.index(c) for c in columns]]
     observed = tuple(model.state_names.index(c) for c in columns)
-    theta0 = (np.array([float(v) for v in args.theta0.split(",")]) if args.theta0
-              else model.theta_guess())
-    x0 = np.array([float(v) for v in args.x0.split(",")]) if args.x0 else None
+    theta0 = (np.array([_number(v, "--theta0") for v in args.theta0.split(",")])
+              if args.theta0 else model.theta_guess())
+    x0 = np.array([_number(v, "--x0") for v in args.x0.split(",")]) if args.x0 else None
     problem = Problem("user_data", model, None, None, np.sort(t), float(np.min(t)), observed,
                       0.0, "absolute", theta_init=theta0, x0_init=x0)
     max_iter = getattr(args, "max_iter", None)  # absent from namespaces built by hand

@@ -22,10 +22,12 @@ import warnings
 import numpy as np
 from joblib import Parallel, delayed
 
+from ._validation import check_experiments, check_theta0
 from .datasets import Problem, get_problem, list_problems, make_trajectory
 from .exceptions import ConvergenceWarning
 from .integrate import simulate
 from .metrics import prediction_error
+from .models import check_model
 from .registry import METHODS, get_method
 
 __all__ = ["compare", "compare_data", "format_summary", "summarize"]
@@ -208,9 +210,16 @@ def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=N
         ``method, status, error, converged, n_iter, cpu_s, wall_s, theta, score`` (R² on the
         data).
     """
+    model = check_model(model)
+    for method in methods:
+        get_method(method)  # unknown names are refused before any fit starts
+    # the data errors every method would meet, raised once (not recorded as failed fits)
+    data = check_experiments(t, Y, model=model, observed=observed, x0=x0, t0=t0,
+                             min_samples=2, estimator_name="compare_data")
+    check_theta0(theta0, model)
     t = np.asarray(t, dtype=np.float64).reshape(-1)
     Y = np.asarray(Y, dtype=np.float64)
-    observed = tuple(range(model.n_states)) if observed is None else tuple(observed)
+    observed = data.observed
     problem = Problem("user_data", model, None, None, t, float(t.min() if t0 is None else t0),
                       observed, 0.0, "absolute", theta_init=None if theta0 is None else
                       np.asarray(theta0, dtype=np.float64), x0_init=None if x0 is None else

@@ -309,6 +309,7 @@ class AdjointODE(ODEEstimator):
         data = self._validate_data(t, Y)
         start_theta, data, start_note = self._start_from_init(t, Y, data)
         fitted, theta0 = check_fixed(self.fixed, start_theta, self.model)
+        self._check_enough_values(data, fitted)
         problem = self._fitted_states(data)
         starts = self._random_starts(theta0, fitted)
         outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
@@ -456,6 +457,19 @@ class AdjointODE(ODEEstimator):
                 chosen.append(int(j))
         return chosen
 
+    def _check_enough_values(self, data, fitted):
+        """Refuse fewer observed values than unknowns (least squares would return an
+        arbitrary point of a continuum of exact fits); an ``x0_prior`` adds residuals."""
+        n_x0 = sum(int(e.estimate_x0.sum()) for e in data.experiments)
+        n_unknowns = int(fitted.sum()) + n_x0
+        n_values = sum(int(e.mask.sum()) for e in data.experiments)
+        if self.x0_prior is None and n_values < n_unknowns:
+            raise ValueError(
+                f"{type(self).__name__} has {n_unknowns} unknowns ({int(fitted.sum())} "
+                f"parameters, {n_x0} initial values) but the data hold only {n_values} "
+                "observed values; it needs at least as many. Observe more times, hold "
+                "parameters with fixed=, or give known initial values (estimate_x0=False).")
+
     def _theta_limits(self):
         """Lower and upper limits of every parameter: ``bounds``, and 0 below where
         ``positive``."""
@@ -468,7 +482,8 @@ class AdjointODE(ODEEstimator):
         """The problem in the states the cost is posed in: the log of the states for
         log-normal noise (model, data and x0 bounds transformed), else as validated."""
         model = self.model
-        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
+                                 name="x0_bounds")
         if self.noise_kind != "lognormal":
             return _Posed(model, data, None, self.noise_kind, x0_bounds)
         if self.x0_prior is not None or self.invariant is not None:

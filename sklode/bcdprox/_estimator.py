@@ -362,7 +362,8 @@ class BCDProxODE(ODEEstimator):
         name = type(self).__name__
         require_t0_at_first_time(data, name)
         model = self.model
-        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
+                                 name="x0_bounds")
         original, transformed = data, None
         weights = self._state_scale(data)
         if weights is not None:  # the fidelity weighted per state: fit in scaled states

@@ -856,7 +856,7 @@ def check_model(model):
                 "create tensors with a fixed dtype inside rhs (use x.new_tensor or plain "
                 "Python numbers)."
             )
-    if not torch.allclose(out[1], single, rtol=1e-12, atol=1e-12):
+    if not torch.allclose(out[1], single, rtol=1e-12, atol=1e-12, equal_nan=True):
         raise ModelError(
             f"{name}.rhs gives a different result for a point inside a batch than for the "
             "same point alone: it must index states with x[..., i] and treat leading axes "

@@ -296,7 +296,8 @@ class WENDyODE(ODEEstimator):
                 "take noise proportional to each value; use noise_kind='lognormal' (the same "
                 "multiplicative noise, fitted on the log scale) or 'relative_rms'.")
         model = self.model
-        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names)
+        x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
+                                 name="x0_bounds")
         original, transformed = data, None
         if self.noise_kind == "lognormal":  # the weak form of log x
             data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
