@@ -19,7 +19,6 @@ estimator exactly as it was (unfitted, or with the previous fit intact).
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import replace
 from numbers import Integral, Real
 
@@ -43,7 +42,7 @@ from ._validation import (
     check_theta0,
     check_times,
 )
-from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError
+from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError, warn
 from .integrate import INTEGRATORS, simulate
 from .models import check_model
 from .models._base import HeldParameters, ScaledStates
@@ -197,12 +196,12 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         if not adequate:
             worst = int(np.argmax(ratios))
             state = self.model.state_names[data.observed[worst]]
-            warnings.warn(
+            warn(
                 f"{type(self).__name__} fits its training data poorly: the prediction misses "
                 f"{state!r} by {ratios[worst]:.3g} noise levels (RMS of the residual over "
                 f"the noise estimated from the data; an adequate fit is near 1, poor above "
                 f"{POOR_FIT_RATIO:g}). theta_ may be a local optimum or the method may not "
-                f"suit these data. {advice}", PoorFitWarning, stacklevel=3)
+                f"suit these data. {advice}", PoorFitWarning)
         return {"fit_adequate_": adequate, "misfit_ratio_": ratios}
 
     def _uncertainty_attributes(self, uncertainty, data, fitted, transformed=None, z0s=None):
@@ -211,7 +210,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         something down). ``transformed``/``z0s``: the fitted states' model and the initial
         states in them, when the fit ran in scaled states (standard errors are mapped back).
         """
-        warn_unidentifiable(type(self).__name__, uncertainty.unidentifiable, stacklevel=4)
+        warn_unidentifiable(type(self).__name__, uncertainty.unidentifiable)
         cov, n_params = uncertainty.cov, self.model.n_params
         mask = np.array([e.estimate_x0 for e in data.experiments])
         n_x0 = int(mask.sum())
@@ -763,10 +762,8 @@ def warn_not_converged(estimator, n_iter, reason, advice):
     advice : str
         What the user can change, e.g. ``"Increase max_iter or loosen tol."``.
     """
-    warnings.warn(
+    warn(
         f"{type(estimator).__name__} did not converge after {n_iter} iterations "
         f"({reason}). {advice} The fitted estimator is usable; converged_ is False.",
-        ConvergenceWarning,
-        stacklevel=3,
-    )
+        ConvergenceWarning)
     logger.info("%s stopped without converging: %s", type(estimator).__name__, reason)

@@ -19,12 +19,11 @@ them and the combination the data do determine.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from .exceptions import IdentifiabilityWarning, IntegrationError
+from .exceptions import IdentifiabilityWarning, IntegrationError, warn
 
 __all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "reduced_chi_square",
            "uncertainty_at_fit", "unknown_names", "warn_unidentifiable"]
@@ -276,7 +275,7 @@ def _combination(names, relative):
             f"{power(names[0], a)}{joined}{power(names[1], b)})")
 
 
-def warn_unidentifiable(estimator_name, unidentifiable, stacklevel=3):
+def warn_unidentifiable(estimator_name, unidentifiable):
     """Warn, naming every combination of unknowns the data cannot pin down.
 
     Parameters
@@ -284,16 +283,15 @@ def warn_unidentifiable(estimator_name, unidentifiable, stacklevel=3):
     estimator_name : str
     unidentifiable : tuple of str
         From :attr:`FitUncertainty.unidentifiable`.
-    stacklevel : int, default=3
     """
     if not unidentifiable:
         return
-    warnings.warn(
+    warn(
         f"{estimator_name}: the data cannot pin down " + "; ".join(unidentifiable) + ". Their "
         "standard errors are infinite (theta_stderr_/x0_stderr_ = inf) and any value along "
         "that combination fits equally well. Fix one of them (fixed={...} or a known x0), "
         "observe another state, or add an experiment that separates them.",
-        IdentifiabilityWarning, stacklevel=stacklevel)
+        IdentifiabilityWarning)
 
 
 def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kind="absolute",

@@ -14,13 +14,12 @@ Messages name the value received and the way out, e.g.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 from sklearn.utils import check_array
 
-from .exceptions import InitialTimeWarning
+from .exceptions import InitialTimeWarning, warn
 
 __all__ = [
     "NOISE_KINDS",
@@ -543,12 +542,12 @@ def _warn_if_initial_time_is_ambiguous(model, estimate_x0, t0_values):
     known = [model.state_names[i] for i in np.flatnonzero(~estimate_x0)]
     late = [t for t in t0_values if t != 0.0]
     if known and late:
-        warnings.warn(
+        warn(
             f"x0 gives the known initial values of {known} and t0 is None, so they are taken "
             f"as the state at the first observation time (t={late[0]:g}). If x0 is the state "
             f"at another time, pass it as t0 (t0=0.0 for time 0); pass t0={late[0]:g} to "
             "confirm the first observation time and silence this warning.",
-            InitialTimeWarning, stacklevel=6)
+            InitialTimeWarning)
 
 
 def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_x0=True,

@@ -11,6 +11,10 @@ Non-convergence is reported with scikit-learn's own
 :class:`sklearn.exceptions.ConvergenceWarning`, re-exported here.
 """
 
+import os
+import sys
+import warnings
+
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
@@ -95,3 +99,25 @@ class InitialTimeWarning(UserWarning):
     """Known initial values were given without ``t0`` and the data do not start at time 0,
     so it is ambiguous which time they hold at: they are taken at the first observation time
     (the documented default), and ``t0`` silences the warning."""
+
+
+# Frames a warning must not point at: sklode's own, and scikit-learn's fit wrapper (the
+# ``_fit_context`` decorator in sklearn/base.py) between the user's call and ``fit``.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_WRAPPERS = (os.path.join("sklearn", "base.py"),)
+
+
+def warn(message, category):
+    """``warnings.warn`` pointing at the first frame outside sklode (the user's line), however
+    deep inside sklode the warning was raised.
+
+    Parameters
+    ----------
+    message : str
+    category : type of Warning
+    """
+    frame, level = sys._getframe(1), 2  # level 2: the caller of this function
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename.endswith(_WRAPPERS)):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -22,7 +22,13 @@ from .._estimator import (
 )
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
 from .._validation import bounds_with_positivity, check_bounds, check_fixed
-from ..exceptions import ConvergenceWarning, IntegrationError, PoorFitWarning, SklodeError
+from ..exceptions import (
+    ConvergenceWarning,
+    IntegrationError,
+    PoorFitWarning,
+    SklodeError,
+    warn,
+)
 from ._objective import NOISE_KINDS, objective_for_experiments
 from ._profile import profile_interval
 from ._solver import OPTIMIZERS, adjoint_solve
@@ -437,10 +443,10 @@ class AdjointODE(ODEEstimator):
         for j, (ends, lowest) in zip(chosen, outcomes):
             intervals[j] = ends
             if lowest < best - 1e-6 * max(best, threshold):
-                warnings.warn(
+                warn(
                     f"Profiling {model.param_names[j]!r} found a cost {lowest:.6g} below the "
                     f"fit's {best:.6g}: theta_ is not the optimum of these data. Refit with "
-                    "another theta0, init= or n_starts.", PoorFitWarning, stacklevel=2)
+                    "another theta0, init= or n_starts.", PoorFitWarning)
         return intervals
 
     def _profiled(self, parameters, fitted):

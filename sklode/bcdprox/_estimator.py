@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -21,7 +20,7 @@ from .._estimator import (
 )
 from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds, check_fixed
-from ..exceptions import PoorFitWarning
+from ..exceptions import PoorFitWarning, warn
 from ._solver import bcd_prox_solve
 from ._start import decoupled_hidden_states, observed_entries, start_states, with_substeps
 from .multistep import ab_integrate
@@ -318,24 +317,24 @@ class BCDProxODE(ODEEstimator):
             if products[k] > worst:
                 worst, where = float(products[k]), float(t[k])
         if worst > _MAX_STEP_RATE:
-            warnings.warn(
+            warn(
                 f"The samples are too far apart for BCD-prox's multistep residual: at "
                 f"t = {where:g} a step times the fastest rate of the dynamics is {worst:.3g} "
                 "(above 1 the state changes more than e-fold within one step), so the "
                 "Adams-Bashforth rule misstates the ODE there and theta_ is unreliable. Raise "
                 f"substeps (now {self.substeps}) to add grid times between the samples, or "
                 "use AdjointODE, which integrates between samples.",
-                PoorFitWarning, stacklevel=3)
+                PoorFitWarning)
         decoupled = decoupled_hidden_states(jacobians, data.observed)
         if decoupled:
             names = [self.model.state_names[i] for i in decoupled]
-            warnings.warn(
+            warn(
                 f"The hidden state(s) {names} evolve without any observed state in their own "
                 "equations, so the data reach them only through the others, which BCD-prox's "
                 "block iteration follows slowly: the parameters of their equations stay near "
                 "theta0 (oral absorption with only the concentration measured: ka 0.78 from "
                 "0.8, truth 1.2). Use AdjointODE, which fits hidden states through forward "
-                "solves.", PoorFitWarning, stacklevel=3)
+                "solves.", PoorFitWarning)
 
     def _min_samples(self):
         return self.order + 2  # at least one full-order step after the ramp
@@ -406,12 +405,12 @@ class BCDProxODE(ODEEstimator):
                 predicted.append(ab_integrate(lambda s, x: model.f(s, x, theta), x0, e.t,
                                               self.order)[::self.substeps])
         if not all(np.all(np.isfinite(P)) for P in predicted):
-            warnings.warn(
+            warn(
                 f"The explicit Adams-Bashforth recursion of order {self.order} from x0_ is "
                 "unstable on this time grid (large or very uneven steps), so "
                 "predicted_states_ contains non-finite values. The fit itself is unaffected; "
                 "predict() integrates the ODE with an adaptive solver.",
-                UserWarning, stacklevel=2)
+                UserWarning)
         self._warn_where_the_method_is_weak(fit_model, res, grid)
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
