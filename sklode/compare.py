@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 from joblib import Parallel, delayed
+from threadpoolctl import threadpool_limits
 
 from ._validation import check_experiments, check_theta0
 from .datasets import Problem, get_problem, list_problems, make_trajectory
@@ -125,15 +126,21 @@ def _as_frame(records, as_frame):
 
 
 def _run(tasks, n_jobs, progress, total):
-    jobs = Parallel(n_jobs=n_jobs, return_as="generator")(tasks)
-    if progress:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:  # the progress bar is optional (extra "progress")
-            logger.warning("progress=True needs tqdm (pip install tqdm); running without it")
-        else:
-            jobs = tqdm(jobs, total=total, desc="sklode compare", unit="fit")
-    return list(jobs)
+    """The tasks' records, in order. Fits run in this process (n_jobs=1, the threading
+    backend) with one BLAS thread, as in loky's and Dask's workers: a product summed by two
+    threads differs in the last bits (WENDy's estimates by 6e-15), and records must not
+    depend on n_jobs or the backend."""
+    with threadpool_limits(limits=1):
+        jobs = Parallel(n_jobs=n_jobs, return_as="generator")(tasks)
+        if progress:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:  # the progress bar is optional (extra "progress")
+                logger.warning("progress=True needs tqdm (pip install tqdm); running "
+                               "without it")
+            else:
+                jobs = tqdm(jobs, total=total, desc="sklode compare", unit="fit")
+        return list(jobs)
 
 
 def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_noise=None,
@@ -241,7 +248,7 @@ def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=N
             return {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
         return {**record, "theta": list(map(float, est.theta_)), "score": score}
 
-    records = Parallel(n_jobs=n_jobs)(delayed(one)(m) for m in methods)
+    records = _run([delayed(one)(m) for m in methods], n_jobs, False, len(methods))
     return _as_frame(records, as_frame)
 
 

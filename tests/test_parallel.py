@@ -1,5 +1,5 @@
-"""Parallel trials: results do not depend on n_jobs or on the backend (loky, Dask), and
-workers do not oversubscribe threads."""
+"""Parallel trials: results of every method do not depend on n_jobs or on the backend (loky,
+Dask), and workers do not oversubscribe threads."""
 
 import io
 import types
@@ -31,7 +31,7 @@ def _grid():
 
 @pytest.fixture(scope="module")
 def serial():
-    records = compare(["lotka_volterra", "seird"], ["bcdprox", "adjoint"], trials=2,
+    records = compare(["lotka_volterra", "seird"], ["bcdprox", "wendy", "adjoint"], trials=2,
                       theta0_noise=0.1, as_frame=False, n_jobs=1)
     data = make_trajectory("lotka_volterra", noise=0.3, random_state=1)
     grid = _grid().fit(data.t, data.Y)
@@ -40,7 +40,7 @@ def serial():
 
 def test_compare_records_do_not_depend_on_n_jobs(serial):
     records, _, _ = serial
-    parallel = compare(["lotka_volterra", "seird"], ["bcdprox", "adjoint"], trials=2,
+    parallel = compare(["lotka_volterra", "seird"], ["bcdprox", "wendy", "adjoint"], trials=2,
                        theta0_noise=0.1, as_frame=False, n_jobs=2)
     assert _strip(parallel) == _strip(records)
     # The perturbed starts differ between trials but not between runs.
@@ -78,13 +78,13 @@ def test_dask_local_cluster_gives_the_local_results(serial):
                                   host="127.0.0.1", dashboard_address=None) as cluster, \
             distributed.Client(cluster):
         with parallel_config(backend="dask"):
-            remote = compare(["lotka_volterra", "seird"], ["bcdprox", "adjoint"], trials=2,
+            remote = compare(["lotka_volterra", "seird"], ["bcdprox", "wendy", "adjoint"], trials=2,
                              theta0_noise=0.1, as_frame=False, n_jobs=2)
             grid = _grid().set_params(n_jobs=2).fit(data.t, data.Y)
             threads = Parallel(n_jobs=2)(delayed(_worker_threads)() for _ in range(2))
         # The command line's --backend dask --scheduler ADDRESS reaches the same cluster.
         args = types.SimpleNamespace(
-            problem=["lotka_volterra,seird"], methods="bcdprox,adjoint", trials=2, n_jobs=2,
+            problem=["lotka_volterra,seird"], methods="bcdprox,wendy,adjoint", trials=2, n_jobs=2,
             noise=None, theta0_noise=0.1, seed=0, blowup=100.0, backend="dask",
             scheduler=cluster.scheduler_address, output=None, plot=None, no_progress=True)
         from_cli = compare_command(args, out=io.StringIO())
