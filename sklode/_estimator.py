@@ -671,6 +671,24 @@ def release_fixed(model, theta, cov):
     return full_theta(model, theta), whole
 
 
+def fitted_mask(model, n_params):
+    """Which of the ``n_params`` parameters ``model`` (what :func:`hold_fixed` returned)
+    fits: all, or the ones a :class:`~sklode.models._base.HeldParameters` leaves free.
+
+    Parameters
+    ----------
+    model : ODEModel
+    n_params : int
+
+    Returns
+    -------
+    ndarray of bool of shape (n_params,)
+    """
+    if isinstance(model, HeldParameters):
+        return np.array(model.fitted)
+    return np.ones(n_params, dtype=bool)
+
+
 def full_theta(model, theta):
     """The whole parameter vector from the fitted ones (held values filled in).
 
@@ -763,7 +781,8 @@ def warn_not_converged(estimator, n_iter, reason, advice):
         What the user can change, e.g. ``"Increase max_iter or loosen tol."``.
     """
     warn(
-        f"{type(estimator).__name__} did not converge after {n_iter} iterations "
+        f"{type(estimator).__name__} did not converge after {n_iter} "
+        f"iteration{'' if n_iter == 1 else 's'} "
         f"({reason}). {advice} The fitted estimator is usable; converged_ is False.",
         ConvergenceWarning)
     logger.info("%s stopped without converging: %s", type(estimator).__name__, reason)

@@ -627,7 +627,9 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         if t0k > ti[0]:
             where = f" of experiment {k}" if several else ""
             raise ValueError(f"t0={t0k:g} is after the first observation time{where} "
-                             f"{ti[0]:g}; x0 must be the state at or before the data.")
+                             f"{ti[0]:g}; x0 must be the state at or before the data: pass "
+                             f"a t0 <= {ti[0]:g}, or leave t0=None (the first observation "
+                             "time).")
         experiments.append(Experiment(t=ti, Y=Yi, mask=mi, t0=t0k, x0=x0_rows[k],
                                       estimate_x0=mask.copy()))
     return ExperimentData(experiments=tuple(experiments), observed=observed, n_states=n_states,

@@ -8,7 +8,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("page", ["data.md", "trust.md"])
+@pytest.mark.parametrize("page", ["data.md", "trust.md", "errors.md"])
 def test_every_python_block_of_the_page_runs(page):
     text = (DOCS / page).read_text()
     blocks = re.findall(r"```python\n(.*?)\n```", text, flags=re.S)

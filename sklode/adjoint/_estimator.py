@@ -64,7 +64,8 @@ class AdjointODE(ODEEstimator):
     theta0 : array-like of shape (n_params,), default=None
         Initial parameter guess (None: the model's default guess). Single shooting needs a
         guess whose trajectory stays finite over the data; start from another method's fit
-        on hard problems.
+        on hard problems. A ``theta0`` outside ``bounds``/``positive`` raises
+        ``ValueError``; the default guess is moved inside them.
     x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
         Initial state at ``t0`` (one for all experiments, or one each): the starting guess
         where estimated, the known value otherwise; NaN (or None) marks unknown components,

@@ -11,6 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
+    fitted_mask,
     full_theta,
     initial_times,
     on_state_scale,
@@ -19,7 +20,7 @@ from .._estimator import (
     warn_not_converged,
 )
 from .._uncertainty import uncertainty_at_fit
-from .._validation import check_bounds, check_fixed
+from .._validation import check_bounds
 from ..exceptions import PoorFitWarning, warn
 from ._solver import bcd_prox_solve
 from ._start import decoupled_hidden_states, observed_entries, start_states, with_substeps
@@ -64,7 +65,8 @@ class BCDProxODE(ODEEstimator):
     theta0 : array-like of shape (n_params,), default=None
         Initial parameter guess (``None``: ``model.default_theta``). Models linear in theta
         get an exact first theta-step that does not depend on it; change it for models that
-        are not.
+        are not. A ``theta0`` outside ``bounds``/``positive`` raises ``ValueError``; the
+        default guess is moved inside them.
     x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
         Initial state at the first observation time (of each experiment). Where it is known
         (``estimate_x0=False``, or False in its mask) that row of ``X*`` is held at this
@@ -389,7 +391,7 @@ class BCDProxODE(ODEEstimator):
         theta = full_theta(fit_model, res.theta)
         # The filtered states carry no sampling error of their own, so theta_'s uncertainty
         # is that of the output-error problem at BCD-prox's (theta, x0).
-        fitted = check_fixed(self.fixed, self._initial_theta(), model)[0]
+        fitted = fitted_mask(fit_model, model.n_params)
         z0s = np.array([X[0] for X in res.states])
         uncertainty = uncertainty_at_fit(
             model if transformed is None else transformed, scaled, theta, z0s, fitted=fitted,

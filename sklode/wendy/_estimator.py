@@ -12,6 +12,7 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     estimated_x0_mask,
+    fitted_mask,
     full_theta,
     initial_times,
     is_linear_on_data,
@@ -28,7 +29,7 @@ from .._initial_state import (
     smoothed_x0,
 )
 from .._uncertainty import uncertainty_at_fit
-from .._validation import check_bounds, check_fixed
+from .._validation import check_bounds
 from ._irls import wendy_solve
 from ._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
@@ -62,7 +63,8 @@ class WENDyODE(ODEEstimator):
         equation against the data).
     theta0 : array-like of shape (n_params,), default=None
         Starting point for models not linear in theta (linear ones start from the exact OLS
-        solution and ignore it). ``None``: ``model.default_theta``.
+        solution and ignore it). ``None``: ``model.default_theta``. A ``theta0`` outside
+        ``bounds``/``positive`` raises ``ValueError``; the default guess is moved inside them.
     x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
         Initial state at the first observation time (of each experiment): the known value
         where ``estimate_x0`` is False, otherwise the start of the shooting (NaN or None:
@@ -323,7 +325,7 @@ class WENDyODE(ODEEstimator):
                                                          res.radii)])
         # theta_'s covariance is WENDy's own; the initial values', the conditional one given
         # theta plus theta's propagated through them (smoothing gives none: NaN).
-        fitted = check_fixed(self.fixed, self._initial_theta(), model)[0]
+        fitted = fitted_mask(fit_model, model.n_params)
         uncertainty = uncertainty_at_fit(
             shooting_model, data, theta, z0s, fitted=fitted, theta_cov=res.theta_cov,
             options=self._simulation_options())
