@@ -48,8 +48,8 @@ from .models import (
     Rossler,
 )
 
-__all__ = ["Problem", "Trajectory", "get_problem", "list_problems", "make_trajectory",
-           "NOISE_KINDS"]
+__all__ = ["Problem", "Trajectory", "get_problem", "list_problems", "load_boarding_school_flu",
+           "load_hare_lynx", "make_trajectory", "NOISE_KINDS"]
 
 
 # Clean trajectories are computed to this accuracy (the WENDy anchor re-simulated its data at
@@ -329,3 +329,100 @@ def make_trajectory(problem, *, noise=None, noise_kind=None, distribution="gauss
         return Trajectory(t=p.t.copy(), Y=clean * np.exp(noise * eps), X=X, noise_std=std,
                           problem=p)
     return Trajectory(t=p.t.copy(), Y=clean + std * eps, X=X, noise_std=std, problem=p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real public data, shipped with the package (sklode/data/*.csv, sources in their headers)
+# ---------------------------------------------------------------------------------------------
+def _read_csv(name):
+    """``(header comment, column names, rows of strings)`` of a shipped CSV."""
+    from importlib.resources import files
+
+    lines = files("sklode").joinpath("data", name).read_text().splitlines()
+    comment = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
+    rows = [line.split(",") for line in lines if line and not line.startswith("#")]
+    return comment, rows[0], rows[1:]
+
+
+def _real_data(name, time_column, value_columns, return_X_y, as_frame):
+    from sklearn.utils import Bunch
+
+    source, header, rows = _read_csv(name)
+    t = np.array([float(r[header.index(time_column)]) for r in rows])
+    Y = np.array([[float(r[header.index(c)]) for c in value_columns] for r in rows])
+    if return_X_y:
+        return t, Y
+    frame = None
+    if as_frame:
+        import pandas as pd
+
+        frame = pd.DataFrame({c: [r[header.index(c)] for r in rows] for c in header})
+        for c in (time_column, *value_columns):
+            frame[c] = pd.to_numeric(frame[c])
+    return Bunch(t=t, Y=Y, time_column=time_column, columns=list(value_columns),
+                 frame=frame, source=source)
+
+
+def load_hare_lynx(*, return_X_y=False, as_frame=False):
+    """Snowshoe hare and Canada lynx pelts traded with the Hudson's Bay Company, 1900-1920.
+
+    21 yearly counts of each species, in thousands of pelts: the classic predator-prey
+    cycle (about ten years long; lynx peak a year or two after hares), usually fitted with
+    :class:`~sklode.models.LotkaVolterra` (hare = prey, lynx = predator). Pelts are a proxy
+    for the populations, so the fit is a description of the cycle, not a census.
+
+    Parameters
+    ----------
+    return_X_y : bool, default=False
+        Return ``(t, Y)`` instead of a Bunch.
+    as_frame : bool, default=False
+        Also return the table as a pandas DataFrame (``frame``; needs pandas).
+
+    Returns
+    -------
+    Bunch or (ndarray, ndarray)
+        ``t`` (years, shape (21,)), ``Y`` (shape (21, 2): hare, lynx), ``columns``,
+        ``time_column``, ``frame`` and ``source`` (the citation).
+
+    Examples
+    --------
+    >>> from sklode.datasets import load_hare_lynx
+    >>> data = load_hare_lynx()
+    >>> data.t[:3], data.Y[:3, 0]
+    (array([1900., 1901., 1902.]), array([30. , 47.2, 70.2]))
+    >>> data.columns
+    ['hare', 'lynx']
+    """
+    return _real_data("hare_lynx.csv", "year", ("hare", "lynx"), return_X_y, as_frame)
+
+
+def load_boarding_school_flu(*, return_X_y=False, as_frame=False):
+    """Influenza in an English boys' boarding school, 22 January - 4 February 1978.
+
+    763 boys, one index case; each day the number confined to bed and the number
+    convalescent (out of bed, not yet back in class). The closed population makes it the
+    standard first fit of an SIR-type model (about 1.7 new infections per infectious boy per
+    day, 2 days in bed); 512 boys were ill in all.
+
+    Parameters
+    ----------
+    return_X_y : bool, default=False
+        Return ``(t, Y)`` instead of a Bunch.
+    as_frame : bool, default=False
+        Also return the table, with its dates, as a pandas DataFrame (needs pandas).
+
+    Returns
+    -------
+    Bunch or (ndarray, ndarray)
+        ``t`` (day 1-14, shape (14,)), ``Y`` (shape (14, 2): in bed, convalescent),
+        ``columns``, ``time_column``, ``frame`` and ``source`` (the citation).
+
+    Examples
+    --------
+    >>> from sklode.datasets import load_boarding_school_flu
+    >>> t, Y = load_boarding_school_flu(return_X_y=True)
+    >>> int(Y[:, 0].max()), int(t[Y[:, 0].argmax()])
+    (298, 6)
+    """
+    return _real_data("boarding_school_flu.csv", "day", ("in_bed", "convalescent"),
+                      return_X_y, as_frame)
