@@ -76,7 +76,8 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
 
 
 def _plot(records, path):
-    """Box plots of the per-trial errors and CPU times by method (matplotlib extra)."""
+    """Box plots of the per-trial errors and CPU times by method, titled with what was
+    compared (matplotlib extra)."""
     try:
         import matplotlib
 
@@ -84,22 +85,12 @@ def _plot(records, path):
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install 'sklode[plot]'") from None
-    rows = [r for r in records if r["status"] == "ok"]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    keys = [("max_rel_theta_error", "max relative θ error", True),
-            ("prediction_error", "prediction error ‖X − X̂‖_F", True),
-            ("cpu_s", "CPU s per fit", True)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))
-    for ax, (key, label, log) in zip(axes, keys):
-        data = [[r[key] for r in rows if r["method"] == m and np.isfinite(r.get(key, np.nan))]
-                for m in methods]
-        ax.boxplot(data, tick_labels=methods)
-        ax.set_title(label)
-        if log:
-            ax.set_yscale("log")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from .plotting import plot_comparison
+
+    axes = plot_comparison(records)
+    figure = axes[0].figure
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def compare_command(args, out=None):

@@ -81,6 +81,8 @@ def _timed_fit(est, t, Y):
 def _record(method, problem, trial, seed, theta0, noise=None):
     """Fit one estimator on one trial; never raises (failures are recorded)."""
     record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
+              "noise": float(problem.noise if noise is None else noise),
+              "noise_kind": problem.noise_kind,
               "theta0": list(map(float, theta0)), "status": "ok", "error": "",
               "converged": False, "n_iter": 0, "cpu_s": 0.0, "wall_s": 0.0}
     est = get_method(method).make(problem, theta0)
@@ -173,8 +175,8 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
     Returns
     -------
     records : DataFrame or list of dict
-        One row per (problem, method, trial): ``method, problem, trial, seed, theta0, status``
-        ("ok", "failed", "skipped"), ``error, converged, n_iter, cpu_s, wall_s, theta,
+        One row per (problem, method, trial): ``method, problem, trial, seed, noise,
+        noise_kind, theta0, status`` ("ok", "failed", "skipped"), ``error, converged, n_iter, cpu_s, wall_s, theta,
         theta_true, max_abs_theta_error, max_rel_theta_error, error_<param>,
         prediction_error``.
     """

@@ -1,0 +1,238 @@
+"""Figures of a fit: the data against the fitted trajectory (with a band from the parameter
+covariance), BCD-prox's filtered states, the loss of the main loop, and comparison box plots.
+
+matplotlib is optional (``pip install 'sklode[plot]'``); every function takes an ``ax`` (or
+creates a figure) and returns the axes it drew on, so it composes with the user's own figures.
+
+Examples
+--------
+>>> import matplotlib
+>>> matplotlib.use("Agg")
+>>> from sklode import WENDyODE
+>>> from sklode.datasets import make_trajectory
+>>> from sklode.models import LotkaVolterra
+>>> from sklode.plotting import plot_fit
+>>> data = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+>>> est = WENDyODE(LotkaVolterra()).fit(data.t, data.Y)
+>>> axes = plot_fit(est, data.t, data.Y, random_state=0)
+>>> [ax.get_title() for ax in axes]
+['prey', 'predator']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from .exceptions import SklodeError
+from .integrate import simulate
+
+__all__ = ["plot_comparison", "plot_fit", "plot_loss", "plot_states"]
+
+
+def _pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("sklode.plotting needs matplotlib: pip install 'sklode[plot]'"
+                          ) from None
+    return plt
+
+
+def _axes(ax, n, width=4.0, height=3.0):
+    """``n`` axes: the given ones (one or a sequence) or a new row of them."""
+    if ax is not None:
+        axes = list(np.ravel(ax)) if np.ndim(ax) else [ax]
+        if len(axes) != n:
+            raise ValueError(f"ax must hold {n} axes (one per panel), got {len(axes)}.")
+        return axes
+    plt = _pyplot()
+    _, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False,
+                           layout="constrained")
+    return list(axes[0])
+
+
+def _trajectory_band(est, times, level, n_draws, random_state):
+    """Pointwise ``level`` quantiles of the observed states over parameters drawn from
+    N(theta_, theta_cov_), or None where there is no usable covariance."""
+    cov = getattr(est, "theta_cov_", None)
+    if cov is None or not np.all(np.isfinite(cov)) or not np.any(cov):
+        return None
+    rng = check_random_state(random_state)
+    draws = rng.multivariate_normal(est.theta_, cov, size=n_draws, check_valid="ignore")
+    columns = list(est.observed_)
+    curves = []
+    for theta in draws:
+        try:
+            X = simulate(est.model, theta, est.x0_, times, t0=est.t0_, integrator=est.integrator,
+                         rtol=est.rtol, atol=est.atol)
+        except SklodeError:  # a draw whose trajectory blows up: not part of the band
+            continue
+        curves.append(X[:, columns])
+    if len(curves) < max(10, n_draws // 2):
+        return None
+    tail = (1 - level) / 2
+    return np.quantile(np.array(curves), [tail, 1 - tail], axis=0)
+
+
+def plot_fit(est, t, Y, *, ax=None, band=True, level=0.95, n_draws=100, n_points=400,
+             random_state=None):
+    """The data and the fitted trajectory of each observed state, one panel per state.
+
+    Parameters
+    ----------
+    est : fitted estimator
+        BCDProxODE, WENDyODE or AdjointODE fitted on one experiment.
+    t : array-like of shape (n_samples,)
+        Observation times.
+    Y : array-like of shape (n_samples, n_observed)
+        Observations (NaN where missing).
+    ax : matplotlib Axes or sequence of them, optional
+        One per observed state; default: a new figure.
+    band : bool, default=True
+        Draw the pointwise ``level`` band of the trajectory over ``n_draws`` parameter
+        vectors from N(``theta_``, ``theta_cov_``) (the initial state held at ``x0_``);
+        skipped where the covariance is not finite (unidentifiable parameters).
+    level : float, default=0.95
+        Coverage of the band.
+    n_draws : int, default=100
+        Parameter draws for the band.
+    n_points : int, default=400
+        Times at which the trajectory is drawn.
+    random_state : int, RandomState or None
+        Seed of the parameter draws.
+
+    Returns
+    -------
+    list of Axes
+    """
+    check_is_fitted(est)
+    t = np.asarray(t, dtype=np.float64).reshape(-1)
+    Y = np.asarray(Y, dtype=np.float64).reshape(len(t), -1)
+    names = [est.model.state_names[i] for i in est.observed_]
+    axes = _axes(ax, len(names))
+    times = np.linspace(min(est.t0_, t.min()), t.max(), n_points)
+    fitted = np.reshape(est.predict(times), (n_points, -1))
+    limits = _trajectory_band(est, times, level, n_draws, random_state) if band else None
+    for k, (axis, name) in enumerate(zip(axes, names)):
+        if limits is not None:
+            axis.fill_between(times, limits[0][:, k], limits[1][:, k], alpha=0.25,
+                              label=f"{level:.0%} band (θ covariance)")
+        axis.plot(times, fitted[:, k], lw=1.8, label=f"{type(est).__name__} fit")
+        axis.plot(t, Y[:, k], "o", ms=3.5, color="k", label="data")
+        axis.set_title(name)
+        axis.set_xlabel("t")
+    axes[0].legend(fontsize="small")
+    return axes
+
+
+def plot_states(est, t, Y, *, ax=None):
+    """BCD-prox's filtered states ``states_`` against the data, one panel per state
+    (hidden states too: they have no data points).
+
+    Parameters
+    ----------
+    est : fitted BCDProxODE
+        Fitted on one experiment.
+    t : array-like of shape (n_samples,)
+    Y : array-like of shape (n_samples, n_observed)
+    ax : matplotlib Axes or sequence of them, optional
+        One per state of the model.
+
+    Returns
+    -------
+    list of Axes
+    """
+    check_is_fitted(est, "states_")
+    t = np.asarray(t, dtype=np.float64).reshape(-1)
+    order = np.argsort(t, kind="stable")  # states_ is at the sorted training times
+    t, Y = t[order], np.asarray(Y, dtype=np.float64).reshape(len(t), -1)[order]
+    states = est.states_[0] if isinstance(est.states_, list) else est.states_
+    if states.shape[0] != len(t):
+        raise ValueError(f"states_ holds {states.shape[0]} times but t has {len(t)}: pass the "
+                         "training times (one experiment).")
+    axes = _axes(ax, est.model.n_states)
+    for i, (axis, name) in enumerate(zip(axes, est.model.state_names)):
+        axis.plot(t, states[:, i], lw=1.8, label="filtered state X*")
+        if i in est.observed_:
+            axis.plot(t, Y[:, list(est.observed_).index(i)], "o", ms=3.5, color="k",
+                      label="data")
+        axis.set_title(name if i in est.observed_ else f"{name} (hidden)")
+        axis.set_xlabel("t")
+    axes[0].legend(fontsize="small")
+    return axes
+
+
+def plot_loss(est, *, ax=None):
+    """The quantity the main loop decreased, by iteration, on a log scale: AdjointODE's
+    cost (``loss_history_``) and gradient norm, BCD-prox's data misfit
+    (``fidelity_history_``).
+
+    Parameters
+    ----------
+    est : fitted AdjointODE or BCDProxODE
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    Axes
+    """
+    check_is_fitted(est)
+    series = [(label, getattr(est, attr)) for attr, label in (
+        ("loss_history_", "cost"), ("grad_norm_history_", "gradient norm"),
+        ("fidelity_history_", "data misfit ‖Y − X*‖²")) if len(getattr(est, attr, ()))]
+    if not series:
+        raise ValueError(f"{type(est).__name__} records no loss history (AdjointODE and "
+                         "BCDProxODE do).")
+    (axis,) = _axes(ax, 1, width=5.0)
+    for label, values in series:
+        axis.semilogy(np.arange(len(values)), np.abs(values), label=label)
+    axis.set_xlabel("iteration")
+    axis.set_title(f"{type(est).__name__}: {est.stop_reason_}"[:70])
+    axis.legend(fontsize="small")
+    return axis
+
+
+_COMPARED = [("max_rel_theta_error", "max relative θ error"),
+             ("prediction_error", "prediction error ‖X − X̂‖_F"),
+             ("cpu_s", "CPU s per fit")]
+
+
+def plot_comparison(records, *, title=None, ax=None):
+    """Box plots of ``compare``'s records by method: parameter error, prediction error and
+    CPU seconds per fit, with a title saying what was compared.
+
+    Parameters
+    ----------
+    records : DataFrame or list of dict
+        Output of :func:`sklode.compare.compare`.
+    title : str, optional
+        Default: the problems, noise levels and trial counts of the records.
+    ax : sequence of 3 matplotlib Axes, optional
+
+    Returns
+    -------
+    list of Axes
+    """
+    rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if not ok:
+        raise ValueError("No successful fit among the records: nothing to plot.")
+    methods = list(dict.fromkeys(r["method"] for r in ok))
+    axes = _axes(ax, len(_COMPARED))
+    for axis, (key, label) in zip(axes, _COMPARED):
+        data = [[r[key] for r in ok if r["method"] == m and np.isfinite(r.get(key, np.nan))]
+                for m in methods]
+        axis.boxplot(data, tick_labels=methods)
+        axis.set_title(label, fontsize="medium")
+        axis.set_yscale("log")
+    if title is None:
+        problems = ", ".join(dict.fromkeys(str(r["problem"]) for r in rows))
+        noises = sorted({r["noise"] for r in rows if r.get("noise") is not None})
+        trials = len({r["trial"] for r in rows})
+        noise = "" if not noises else ", noise " + "/".join(f"{n:g}" for n in noises)
+        title = f"{problems}{noise}: {trials} trials per method ({len(ok)} fits succeeded " \
+                f"of {len(rows)})"
+    axes[0].figure.suptitle(title)
+    return axes
