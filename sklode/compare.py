@@ -176,9 +176,9 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
     -------
     records : DataFrame or list of dict
         One row per (problem, method, trial): ``method, problem, trial, seed, noise,
-        noise_kind, theta0, status`` ("ok", "failed", "skipped"), ``error, converged, n_iter, cpu_s, wall_s, theta,
-        theta_true, max_abs_theta_error, max_rel_theta_error, error_<param>,
-        prediction_error``.
+        noise_kind, theta0, status`` ("ok", "failed", "skipped"), ``error, converged,
+        n_iter, cpu_s, wall_s, theta, theta_true, max_abs_theta_error,
+        max_rel_theta_error, error_<param>, prediction_error``.
     """
     if isinstance(problems, (str, Problem)):
         problems = [problems]
