@@ -106,6 +106,7 @@ def plot_fit(est, t, Y, *, ax=None, band=True, level=0.95, n_draws=100, n_points
     Returns
     -------
     list of Axes
+        The panels drawn on, one per observed state.
     """
     check_is_fitted(est)
     t = np.asarray(t, dtype=np.float64).reshape(-1)
@@ -136,13 +137,16 @@ def plot_states(est, t, Y, *, ax=None):
     est : fitted BCDProxODE
         Fitted on one experiment.
     t : array-like of shape (n_samples,)
+        The training times, in any order.
     Y : array-like of shape (n_samples, n_observed)
+        The training observations, in the order of ``t``.
     ax : matplotlib Axes or sequence of them, optional
-        One per state of the model.
+        One per state of the model; default: a new figure.
 
     Returns
     -------
     list of Axes
+        The panels drawn on, one per state.
     """
     check_is_fitted(est, "states_")
     t = np.asarray(t, dtype=np.float64).reshape(-1)
@@ -172,11 +176,14 @@ def plot_loss(est, *, ax=None):
     Parameters
     ----------
     est : fitted AdjointODE or BCDProxODE
+        The estimator whose history to draw.
     ax : matplotlib Axes, optional
+        Default: a new figure.
 
     Returns
     -------
     Axes
+        The axes drawn on.
     """
     check_is_fitted(est)
     series = [(label, getattr(est, attr)) for attr, label in (
@@ -210,10 +217,12 @@ def plot_comparison(records, *, title=None, ax=None):
     title : str, optional
         Default: the problems, noise levels and trial counts of the records.
     ax : sequence of 3 matplotlib Axes, optional
+        Default: a new figure.
 
     Returns
     -------
     list of Axes
+        The three panels drawn on.
     """
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     ok = [r for r in rows if r.get("status") == "ok"]
