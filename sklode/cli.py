@@ -5,7 +5,12 @@
   on a Dask cluster with ``--backend dask --scheduler ADDRESS``), and prints a summary table
   (``--output FILE.csv`` keeps the per-trial records, ``--plot FILE.png`` draws them).
 * ``sklode fit data.csv --model LotkaVolterra --method adjoint`` fits a CSV of a time column
-  and observed-state columns (named after the model's states).
+  and observed-state columns (named after the model's states, or mapped with
+  ``--column STATE=COLUMN`` and ``--column t=COLUMN``). ``--model`` also takes your own model
+  as ``module:Class`` or ``path/to/file.py:Class``; ``--theta0``, ``--x0``, ``--t0``,
+  ``--estimate-x0``, ``--observed``, ``--bounds``, ``--positive``, ``--fixed`` and
+  ``--set SETTING=VALUE`` reach the estimator; it prints ``name = value ± stderr`` and writes
+  the fit (``--output fit.json|fit.csv``, ``--plot fit.png``).
 * ``sklode demo`` fits one noisy trajectory with every estimator.
 """
 
@@ -149,17 +154,53 @@ def _write_records(records, path):
 
 
 def _model_by_name(name):
+    """The model ``--model`` names: a zoo class, a problem name, ``module:Class`` (importable
+    from the working directory or PYTHONPATH) or ``path/to/file.py:Class``; a class is
+    instantiated without arguments, an instance or a factory's result is used as it is."""
     from . import models
     from .datasets import get_problem, list_problems
 
     if name in list_problems():
         return get_problem(name).model
+    if ":" in name:
+        return _user_model(*name.rsplit(":", 1))
     cls = getattr(models, name, None)
     if isinstance(cls, type) and issubclass(cls, models.ODEModel) and cls is not models.ODEModel:
         return cls()
     zoo = [n for n in models.__all__ if n not in ("ODEModel", "FunctionModel", "check_model")]
-    raise ValueError(f"Unknown model {name!r}: use a zoo class ({', '.join(zoo)}) or a "
-                     f"problem name ({', '.join(list_problems())}).")
+    raise ValueError(f"Unknown model {name!r}: use a zoo class ({', '.join(zoo)}), a "
+                     f"problem name ({', '.join(list_problems())}), module:Class or "
+                     "path/to/file.py:Class.")
+
+
+def _user_model(where, attribute):
+    import importlib
+    import importlib.util
+    import os
+
+    from .models import ODEModel, check_model
+
+    if where.endswith(".py"):
+        if not os.path.isfile(where):
+            raise ValueError(f"--model {where}:{attribute}: no file {where!r}.")
+        spec = importlib.util.spec_from_file_location(
+            os.path.splitext(os.path.basename(where))[0], where)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        if os.getcwd() not in sys.path:  # as `python -m` does: the working directory first
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise ValueError(f"--model {where}:{attribute}: cannot import {where!r} ({exc}); "
+                             "run from its directory, set PYTHONPATH, or give the path to "
+                             "the .py file.") from None
+    target = getattr(module, attribute, None)
+    if target is None:
+        raise ValueError(f"--model {where}:{attribute}: {where!r} has no {attribute!r}.")
+    model = target if isinstance(target, ODEModel) else target()
+    return check_model(model)
 
 
 def _number(text, where):
@@ -172,50 +213,181 @@ def _number(text, where):
                          "missing value).") from None
 
 
+def _numbers(text, option):
+    return np.array([_number(v, option) for v in text.split(",")])
+
+
+def _key_values(items, option):
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``, naming the option on a bad item."""
+    pairs = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{option} takes NAME=VALUE, got {item!r}.")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _bounds(items, model):
+    """``--bounds LO:HI`` (every parameter) or ``--bounds NAME=LO:HI`` (repeatable)."""
+    if not items:
+        return None
+    lower = np.full(model.n_params, -np.inf)
+    upper = np.full(model.n_params, np.inf)
+    for item in items:
+        name, _, span = item.rpartition("=")
+        lo, sep, hi = span.partition(":")
+        if not sep:
+            raise ValueError(f"--bounds takes LO:HI or NAME=LO:HI, got {item!r}.")
+        if name and name not in model.param_names:
+            raise ValueError(f"--bounds {item!r}: {model!r} has no parameter {name!r}; its "
+                             f"parameters are {model.param_names}.")
+        k = slice(None) if not name else model.param_names.index(name)
+        lower[k] = _number(lo, "--bounds") if lo.strip() else -np.inf
+        upper[k] = _number(hi, "--bounds") if hi.strip() else np.inf
+    return lower, upper
+
+
+def _setting(text):
+    """A method setting's value: a number, True/False/None, or the text itself."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _read_table(path, time_column, mapping, model, observed):
+    """``(t, Y, observed state names, data column names)`` from a CSV file."""
+    import csv
+
+    with open(path, newline="") as fh:
+        rows = [row for row in csv.reader(fh) if row and not row[0].startswith("#")]
+    if not rows:
+        raise ValueError(f"{path} is empty: it needs a header row ({time_column} and the "
+                         "data columns) and one row per time.")
+    header, body = [c.strip() for c in rows[0]], rows[1:]
+    if time_column not in header:
+        raise ValueError(f"{path} has no time column {time_column!r} (columns: {header}); "
+                         "use --column t=NAME.")
+    short = [k + 2 for k, row in enumerate(body) if len(row) != len(header)]
+    if short:
+        raise ValueError(f"{path} row {short[0]} has a different number of cells than "
+                         f"its header {header} ({len(short)} such row(s)); leave a cell "
+                         "empty for a missing value.")
+    for state, column in mapping.items():
+        if state not in model.state_names:
+            raise ValueError(f"--column {state}={column}: {model!r} has no state {state!r}; "
+                             f"its states are {model.state_names}.")
+        if column not in header:
+            raise ValueError(f"--column {state}={column}: {path} has no column {column!r} "
+                             f"(columns: {header}).")
+    if observed is None:  # the mapped states, then the columns named after states
+        observed = list(mapping) + [c for c in header if c in model.state_names
+                                    and c not in mapping and c not in mapping.values()]
+        unused = [c for c in header if c != time_column and c not in observed
+                  and c not in mapping.values()]
+        if unused and not mapping:  # with a mapping, the columns to use are named
+            raise ValueError(f"Columns {unused} are not states of {model!r} "
+                             f"{model.state_names}; name each data column after its state, "
+                             "map it with --column STATE=COLUMN, or choose the observed "
+                             "states with --observed.")
+    columns = [mapping.get(state, state) for state in observed]
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise ValueError(f"{path} has no column for the observed state(s) {missing} "
+                         f"(columns: {header}); map them with --column STATE=COLUMN.")
+    used = [header.index(c) for c in (time_column, *columns)]  # other columns may be text
+    values = np.array([[_number(row[j], f"{path} row {k + 2}, column {header[j]!r}")
+                        for j in used] for k, row in enumerate(body)],
+                      dtype=np.float64).reshape(len(body), len(used))
+    return values[:, 0], values[:, 1:], list(observed), columns
+
+
+def _estimator_for(args, model, observed):
+    """The estimator ``args`` ask for, in the common vocabulary."""
+    from .registry import get_method
+
+    opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    kwargs = {"observed": tuple(observed)}
+    if opt("theta0"):
+        kwargs["theta0"] = _numbers(args.theta0, "--theta0")
+    if opt("x0"):
+        kwargs["x0"] = _numbers(args.x0, "--x0")
+    if opt("t0") is not None:
+        kwargs["t0"] = _number(str(args.t0), "--t0")
+    if opt("estimate_x0") is not None:
+        if args.estimate_x0 not in ("yes", "no"):
+            raise ValueError(f"--estimate-x0 takes yes or no, got {args.estimate_x0!r}.")
+        kwargs["estimate_x0"] = args.estimate_x0 == "yes"
+    if opt("bounds"):
+        kwargs["bounds"] = _bounds(args.bounds, model)
+    if opt("positive"):
+        kwargs["positive"] = True
+    if opt("fixed"):
+        kwargs["fixed"] = {k: _number(v, f"--fixed {k}") for k, v in
+                           _key_values(args.fixed, "--fixed").items()}
+    if opt("max_iter") is not None:
+        kwargs["max_iter"] = args.max_iter
+    kwargs.update({k: _setting(v) for k, v in _key_values(opt("set"), "--set").items()})
+    Estimator = get_method(opt("method", "adjoint")).estimator
+    unknown = sorted(set(kwargs) - set(Estimator(model).get_params()))
+    if unknown:
+        raise ValueError(f"--set {unknown[0]}: {Estimator.__name__} has no setting "
+                         f"{unknown[0]!r}; its settings are "
+                         f"{sorted(set(Estimator(model).get_params()) - {'model'})}.")
+    return Estimator(model, **kwargs)
+
+
+def _write_fit(est, path, t, Y, observed, columns, stderr, elapsed):
+    """The fit as JSON (parameters, errors, x0, status) or as a CSV of data and fit."""
+    import json
+
+    order = np.argsort(t, kind="stable")
+    fitted = np.reshape(est.predict(t[order]), (len(t), -1))
+    if str(path).endswith(".csv"):
+        import csv
+
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["t"] + [f"{c}_data" for c in columns]
+                            + [f"{s}_fit" for s in observed])
+            for k, i in enumerate(order):
+                writer.writerow([t[i], *Y[i], *fitted[k]])
+        return
+    names = est.model.param_names
+    summary = {
+        "method": type(est).__name__, "model": repr(est.model),
+        "theta": dict(zip(names, map(float, est.theta_))),
+        "theta_stderr": dict(zip(names, map(float, stderr))),
+        "x0": dict(zip(est.model.state_names, map(float, np.ravel(est.x0_)))),
+        "t0": float(est.t0_), "observed": observed, "converged": bool(est.converged_),
+        "n_iter": int(est.n_iter_), "stop_reason": est.stop_reason_, "solver": est.solver_,
+        "r2": float(est.score(t, Y)), "cpu_s": elapsed,
+    }
+    with open(path, "w") as fh:
+        json.dump(summary, fh, indent=1)
+
+
 def fit_command(args, out=None):
     """Run ``sklode fit``; returns the fitted estimator, with ``cli_problems_``: the
     convergence and poor-fit warnings of the fit (``main`` then exits with status 1)."""
-    import csv
-
-    from .datasets import Problem
     from .exceptions import ConvergenceWarning, PoorFitWarning
-    from .registry import get_method
 
     out = sys.stdout if out is None else out
     model = _model_by_name(args.model)
-    with open(args.csv, newline="") as fh:
-        rows = [row for row in csv.reader(fh) if row]
-    if not rows:
-        raise ValueError(f"{args.csv} is empty: it needs a header row ({args.time_column} and "
-                         "state names) and one row per time.")
-    header, body = rows[0], rows[1:]
-    if args.time_column not in header:
-        raise ValueError(f"{args.csv} has no time column {args.time_column!r} "
-                         f"(columns: {header}); use --time-column.")
-    columns = [c for c in header if c != args.time_column]
-    unknown = [c for c in columns if c not in model.state_names]
-    if unknown:
-        raise ValueError(f"Columns {unknown} are not states of {model!r} "
-                         f"{model.state_names}; name each data column after its state.")
-    short = [k + 2 for k, row in enumerate(body) if len(row) != len(header)]
-    if short:
-        raise ValueError(f"{args.csv} row {short[0]} has a different number of cells than "
-                         f"its header {header} ({len(short)} such row(s)); leave a cell "
-                         "empty for a missing value.")
-    values = np.array([[_number(v, f"{args.csv} row {k + 2}, column {header[j]!r}")
-                        for j, v in enumerate(row)] for k, row in enumerate(body)],
-                      dtype=np.float64).reshape(len(body), len(header))
-    t = values[:, header.index(args.time_column)]
-    Y = values[:, [header.index(c) for c in columns]]
-    observed = tuple(model.state_names.index(c) for c in columns)
-    theta0 = (np.array([_number(v, "--theta0") for v in args.theta0.split(",")])
-              if args.theta0 else model.theta_guess())
-    x0 = np.array([_number(v, "--x0") for v in args.x0.split(",")]) if args.x0 else None
-    problem = Problem("user_data", model, None, None, np.sort(t), float(np.min(t)), observed,
-                      0.0, "absolute", theta_init=theta0, x0_init=x0)
-    max_iter = getattr(args, "max_iter", None)  # absent from namespaces built by hand
-    overrides = {} if max_iter is None else {"max_iter": max_iter}
-    est = get_method(args.method).make(problem, **overrides)
+    mapping = _key_values(getattr(args, "column", None), "--column")
+    time_column = mapping.pop("t", getattr(args, "time_column", "t"))
+    observed = getattr(args, "observed", None)
+    if observed:
+        observed = [s.strip() for s in observed.split(",")]
+        unknown = [s for s in observed if s not in model.state_names]
+        if unknown:
+            raise ValueError(f"--observed {args.observed}: {model!r} has no state(s) "
+                             f"{unknown}; its states are {model.state_names}.")
+    t, Y, observed, columns = _read_table(args.csv, time_column, mapping, model, observed)
+    est = _estimator_for(args, model, observed)
     start = time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -225,22 +397,48 @@ def fit_command(args, out=None):
                          if issubclass(w.category, (ConvergenceWarning, PoorFitWarning))]
     for problem_text in est.cli_problems_:
         print(f"WARNING {problem_text}", file=sys.stderr)
-    stderr = getattr(est, "theta_stderr_", None)
-    print(f"{args.method} on {args.csv}: {t.size} times, observed {columns}, model {model!r}",
-          file=out)
+    stderr = getattr(est, "theta_stderr_", np.full(model.n_params, np.nan))
+    mapped = [s if c == s else f"{s} (column {c})" for s, c in zip(observed, columns)]
+    print(f"{type(est).__name__} on {args.csv}: {t.size} times, observed {mapped}, model "
+          f"{model!r}", file=out)
     for i, name in enumerate(model.param_names):
-        se = f" ± {stderr[i]:.4g} (1 s.e.)" if stderr is not None else ""
-        print(f"  {name:>10} = {est.theta_[i]:.6g}{se}", file=out)
+        print(f"  {name:>10} = {est.theta_[i]:.6g} ± {stderr[i]:.4g} (1 s.e.)", file=out)
     print(f"  x0 at t0={est.t0_:g}: {np.round(est.x0_, 6).tolist()}", file=out)
     print(f"  converged: {getattr(est, 'converged_', True)}, iterations: {est.n_iter_}, "
           f"R^2: {est.score(t, Y):.4f}, CPU s: {cpu:.3f}", file=out)
+    if getattr(args, "output", None):
+        _write_fit(est, args.output, t, Y, observed, columns, stderr, cpu)
+        print(f"fit written to {args.output}", file=out)
+    if getattr(args, "plot", None):
+        _plot_fit(est, t, Y, args.plot)
+        print(f"plot written to {args.plot}", file=out)
     return est
+
+
+def _plot_fit(est, t, Y, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'sklode[plot]'") from None
+    from .plotting import plot_fit
+
+    axes = plot_fit(est, t, Y, random_state=0)
+    axes[0].figure.savefig(path, dpi=120)
+    plt.close(axes[0].figure)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="sklode", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p_cmp = sub.add_parser("compare", help="compare estimators over seeded noisy trials")
+    p_cmp = sub.add_parser(
+        "compare", help="compare estimators over seeded noisy trials",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n"
+               "  sklode compare --problem lotka_volterra --methods bcdprox,wendy,adjoint \\\n"
+               "      --trials 20 --noise 0.5 --n-jobs 2 --output trials.csv --plot trials.png")
     p_cmp.add_argument("--problem", action="append", required=True,
                        help=f"problem name(s), comma-separated or repeated: {list(PROBLEM_NAMES)}")
     p_cmp.add_argument("--methods", default=",".join(METHOD_NAMES))
@@ -260,16 +458,51 @@ def main(argv=None):
     p_cmp.add_argument("--output", default=None, help="write per-trial records (.csv/.json)")
     p_cmp.add_argument("--plot", default=None, help="write box plots (.png; needs matplotlib)")
     p_cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p_fit = sub.add_parser("fit", help="fit a CSV of t and observed-state columns")
+    p_fit = sub.add_parser(
+        "fit", help="fit a model to a CSV of times and observed states",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Fit an ODE model to a CSV file: a time column and one column per "
+                    "observed state (named after the state, or mapped with --column).",
+        epilog="example (the 1978 boarding-school flu, a model in sir.py):\n"
+               "  sklode fit flu.csv --model sir.py:SICR --column t=day --column I=in_bed \\\n"
+               "      --column C=convalescent --x0 762,1,0 --t0 0 --estimate-x0 no "
+               "--positive \\\n      --output fit.json --plot fit.png")
     p_fit.add_argument("csv")
-    p_fit.add_argument("--model", required=True, help="zoo class (e.g. LotkaVolterra) or "
-                       "problem name")
+    p_fit.add_argument("--model", required=True,
+                       help="zoo class (e.g. LotkaVolterra), problem name, module:Class "
+                            "(importable from here or PYTHONPATH) or path/to/file.py:Class")
     p_fit.add_argument("--method", default="adjoint", choices=list(METHOD_NAMES))
-    p_fit.add_argument("--time-column", default="t")
+    p_fit.add_argument("--column", action="append", metavar="STATE=COLUMN",
+                       help="the CSV column holding a state (repeatable); t=COLUMN names the "
+                            "time column")
+    p_fit.add_argument("--time-column", default="t", help="the time column (default: t)")
+    p_fit.add_argument("--observed", default=None, metavar="STATE,...",
+                       help="the observed states, by name (default: the mapped and the "
+                            "state-named columns)")
     p_fit.add_argument("--theta0", default=None, help="comma-separated initial parameters")
-    p_fit.add_argument("--x0", default=None, help="comma-separated initial state guess")
+    p_fit.add_argument("--x0", default=None,
+                       help="comma-separated initial state (a guess, or the value with "
+                            "--estimate-x0 no; nan: unknown)")
+    p_fit.add_argument("--t0", default=None, help="time of x0 (default: the first time)")
+    p_fit.add_argument("--estimate-x0", default=None, choices=["yes", "no"],
+                       help="estimate the initial state (default: yes)")
+    p_fit.add_argument("--bounds", action="append", metavar="[NAME=]LO:HI",
+                       help="bounds on every parameter, or on one (repeatable); empty: "
+                            "unbounded (e.g. beta=0:)")
+    p_fit.add_argument("--positive", action="store_true",
+                       help="keep every parameter positive")
+    p_fit.add_argument("--fixed", action="append", metavar="NAME=VALUE",
+                       help="hold a parameter at a value (repeatable)")
+    p_fit.add_argument("--set", action="append", metavar="SETTING=VALUE",
+                       help="any other setting of the method, e.g. lam=2 or "
+                            "optimizer=BFGS (repeatable)")
     p_fit.add_argument("--max-iter", type=int, default=None,
                        help="iterations of the method's main loop (default: its own)")
+    p_fit.add_argument("--output", default=None,
+                       help="write the fit: .json (parameters, errors, x0, status) or .csv "
+                            "(data and fitted states)")
+    p_fit.add_argument("--plot", default=None,
+                       help="draw the data and the fit (.png; needs matplotlib)")
     p_demo = sub.add_parser("demo", help="fit a built-in noisy problem with every estimator")
     p_demo.add_argument("--problem", default="lotka_volterra", choices=list(PROBLEM_NAMES))
     p_demo.add_argument("--noise", type=float, default=None,

@@ -4,6 +4,7 @@ import io
 import re
 
 import numpy as np
+import pytest
 from baselines import least_squares_like_adjoint
 
 from sklode.cli import demo, main
@@ -113,3 +114,93 @@ def test_estimator_errors_are_one_line_on_stderr_and_exit_status_2(tmp_path, cap
         assert "Traceback" not in err and err.count("\n") == 1
     assert main(["fit", str(tmp_path / "missing.csv"), "--model", "LotkaVolterra"]) == 2
     assert "missing.csv" in capsys.readouterr().err
+
+
+SICR_MODULE = '''
+import torch
+from sklode import ODEModel
+
+
+class SICR(ODEModel):
+    state_names = ("S", "I", "C")
+    param_names = ("beta", "gamma", "delta")
+    default_theta = (1.5, 0.5, 0.5)
+
+    def rhs(self, t, x, theta):
+        new = theta[0] * x[..., 0] * x[..., 1] / 763.0
+        return torch.stack([-new, new - theta[1] * x[..., 1],
+                            theta[1] * x[..., 1] - theta[2] * x[..., 2]], dim=-1)
+'''
+
+
+@pytest.fixture
+def flu_files(tmp_path, monkeypatch):
+    """The boarding-school CSV as shipped (a text date column included) and a user model."""
+    from importlib.resources import files
+
+    text = files("sklode").joinpath("data", "boarding_school_flu.csv").read_text()
+    (tmp_path / "flu.csv").write_text(text)
+    (tmp_path / "sir_model.py").write_text(SICR_MODULE)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+FLU = ["fit", "flu.csv", "--column", "t=day", "--column", "I=in_bed", "--column",
+       "C=convalescent", "--x0", "762,1,0", "--t0", "0", "--estimate-x0", "no", "--positive"]
+
+
+@pytest.mark.parametrize("model", ["sir_model.py:SICR", "sir_model:SICR"])
+def test_fit_takes_a_user_model_mapped_columns_and_writes_the_fit(model, flu_files, capsys):
+    import json
+
+    status = main(FLU + ["--model", model, "--output", "fit.json", "--plot", "fit.png"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "observed ['I (column in_bed)', 'C (column convalescent)']" in out
+    fit = json.loads((flu_files / "fit.json").read_text())
+    # the figures of tests/test_datasets.py: beta 1.60/day, 2.3 days in bed
+    assert 1.5 < fit["theta"]["beta"] < 1.75 and 2.0 < 1 / fit["theta"]["gamma"] < 2.5
+    assert f"beta = {fit['theta']['beta']:.6g} ± {fit['theta_stderr']['beta']:.4g}" in out
+    assert fit["x0"] == {"S": 762.0, "I": 1.0, "C": 0.0} and fit["t0"] == 0.0
+    assert (flu_files / "fit.png").stat().st_size > 10_000  # a drawn figure, not an empty file
+    assert main(FLU + ["--model", model, "--output", "fit.csv"]) == 0
+    rows = (flu_files / "fit.csv").read_text().splitlines()
+    assert rows[0] == "t,in_bed_data,convalescent_data,I_fit,C_fit" and len(rows) == 15
+
+
+def test_fit_options_reach_the_estimator(flu_files, capsys):
+    import json
+
+    base = FLU + ["--model", "sir_model.py:SICR", "--output", "fit.json"]
+    assert main(base + ["--fixed", "delta=0.6", "--bounds", "beta=0:1.5"]) == 0
+    fit = json.loads((flu_files / "fit.json").read_text())
+    assert fit["theta"]["delta"] == 0.6  # held exactly
+    assert fit["theta"]["beta"] <= 1.5 and fit["theta"]["beta"] == pytest.approx(1.5, abs=1e-6)
+    capsys.readouterr()
+    assert main(base + ["--set", "optimizer=BFGS", "--max-iter", "300"]) == 0
+    fit = json.loads((flu_files / "fit.json").read_text())
+    assert "BFGS" in fit["solver"] and fit["converged"]
+    assert 1.5 < fit["theta"]["beta"] < 1.75  # the same optimum as trf's
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--model", "sir_model.py:SIR"], "'sir_model.py' has no 'SIR'"),
+    (["--model", "no_such_module:SICR"], "cannot import 'no_such_module'"),
+    (["--model", "sir_model.py:SICR", "--column", "R=in_bed"], "has no state 'R'"),
+    (["--model", "sir_model.py:SICR", "--column", "I=bed"], "has no column 'bed'"),
+    (["--model", "sir_model.py:SICR", "--set", "lam=2"], "AdjointODE has no setting 'lam'"),
+    (["--model", "sir_model.py:SICR", "--bounds", "0..2"], "--bounds takes LO:HI"),
+    (["--model", "sir_model.py:SICR", "--fixed", "delta"], "--fixed takes NAME=VALUE"),
+    (["--model", "sir_model.py:SICR", "--observed", "I,R"], "has no state(s) ['R']"),
+])
+def test_fit_option_errors_are_one_line(extra, message, flu_files, capsys):
+    assert main(FLU + extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sklode fit: error: ") and message in err and err.count("\n") == 1
+
+
+def test_help_shows_an_example_for_fit_and_compare(capsys):
+    for command in ("fit", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "example" in capsys.readouterr().out
