@@ -136,7 +136,7 @@ class Relaxation(ODEModel):
 @pytest.mark.parametrize("integrator", ["RK45", "DOP853"])
 def test_a_stiff_problem_under_an_explicit_integrator_names_the_stiff_ones(integrator,
                                                                           monkeypatch):
-    # The budget is lowered from 500,000 evaluations (a few seconds) to keep the test short;
+    # The budget is lowered from 200,000 evaluations (8 s here) to keep the test short;
     # the mechanism is the same.
     monkeypatch.setattr(integrate, "EXPLICIT_MAX_EVALUATIONS", 20_000)
     t = np.linspace(0, 10, 51)
