@@ -37,8 +37,8 @@ _BLOWUP_FACTOR = 1e8
 # problem they take steps of the size of the fastest time scale: x' = -1e5 (x - cos t) over
 # [0, 10] had not finished after 140 s under RK45 (wall, machine busy); LSODA takes 0.02 s.
 # Past this many evaluations of the field they stop and name the stiff integrators: 500,000
-# cost 20.5 CPU s there (solve_ivp steps in Python), this many 7.2 s. The datasets' problems need at most 26,000
-# (Hindmarsh-Rose under RK23 at rtol=1e-8).
+# cost 20.5 CPU s there (solve_ivp steps in Python), this many 7.2 s. The datasets' problems
+# need at most 26,000 (Hindmarsh-Rose under RK23 at rtol=1e-8).
 EXPLICIT_MAX_EVALUATIONS = 200_000
 
 
