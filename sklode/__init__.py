@@ -27,7 +27,7 @@ _LAZY = {
     "NotLinearInThetaError": ".exceptions",
     "SklodeError": ".exceptions",
 }
-_SUBMODULES = {"datasets", "exceptions", "metrics", "models"}
+_SUBMODULES = {"datasets", "exceptions", "metrics", "models", "plotting"}
 
 
 def __getattr__(name):
@@ -57,6 +57,7 @@ __all__ = [
     "exceptions",
     "metrics",
     "models",
+    "plotting",
     "ConvergenceWarning",
     "DivergenceError",
     "IntegrationError",
