@@ -30,10 +30,11 @@ class SICR(ODEModel):
     N = 763.0
 
     def rhs(self, t, x, theta):
-        S, I, C = x[..., 0], x[..., 1], x[..., 2]
+        susceptible, ill, convalescent = x[..., 0], x[..., 1], x[..., 2]
         beta, gamma, delta = theta
-        new = beta * S * I / self.N
-        return torch.stack([-new, new - gamma * I, gamma * I - delta * C], dim=-1)
+        new = beta * susceptible * ill / self.N
+        return torch.stack([-new, new - gamma * ill, gamma * ill - delta * convalescent],
+                           dim=-1)
 
 
 t, Y = load_boarding_school_flu(return_X_y=True)
