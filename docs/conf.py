@@ -44,7 +44,13 @@ myst_heading_anchors = 3
 suppress_warnings = ["myst.header"]
 
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": True}
+# Every public method, the shared base's included; not scikit-learn's metadata-routing
+# helpers, whose docstrings point into scikit-learn's own site.
+autodoc_default_options = {
+    "members": True, "inherited-members": True,
+    "exclude-members": "get_metadata_routing, set_fit_request, set_predict_request, "
+                       "set_score_request, set_params, get_params",
+}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 

@@ -1,4 +1,8 @@
-"""Single shooting needs a start whose trajectory exists; BCD-prox does not.
+"""
+AdjointODE started from BCD-prox on the Rössler protocol
+========================================================
+
+Single shooting needs a start whose trajectory exists; BCD-prox does not.
 
 On seed 000's Rossler robustness protocol (noise variance 0.5, theta0 = truth + N(0, 5 I)),
 AdjointODE alone cannot start from about half of the random guesses: the Rossler solution

@@ -1,4 +1,8 @@
-"""Seed 000's Figure 2 with scikit-learn: theta against the proximal weight lambda.
+"""
+BCD-prox's λ sweep with GridSearchCV (seed 000, Figure 2)
+=========================================================
+
+Seed 000's Figure 2 with scikit-learn: theta against the proximal weight lambda.
 
 GridSearchCV sweeps ``lam``; scorers that return the fitted parameters put theta for every
 lambda into ``cv_results_``. The single "split" trains and scores on the whole trajectory, as

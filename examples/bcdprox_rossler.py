@@ -1,4 +1,8 @@
-"""Filter a noisy Rössler trajectory and estimate its parameters with BCD-prox.
+"""
+Filtering a noisy Rössler trajectory with BCD-prox
+==================================================
+
+Filter a noisy Rössler trajectory and estimate its parameters with BCD-prox.
 
 Runs in about a second on one core. With matplotlib installed it saves a figure of the
 noisy data, the filtered states and the refitted trajectory to ``bcdprox_rossler.png``.

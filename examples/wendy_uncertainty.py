@@ -1,4 +1,8 @@
-"""Weak-form estimation with WENDy: standard errors, intervals, uneven sampling, and the
+"""
+WENDy's standard errors, intervals and bias correction
+======================================================
+
+Weak-form estimation with WENDy: standard errors, intervals, uneven sampling, and the
 bias correction at high noise.
 
 Runs in a few seconds, without a single forward solve for theta (the forward solves that
