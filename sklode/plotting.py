@@ -1,5 +1,6 @@
 """Figures of a fit: the data against the fitted trajectory (with a band from the parameter
-covariance), BCD-prox's filtered states, the loss of the main loop, and comparison box plots.
+covariance), BCD-prox's filtered states, the loss and the parameters by iteration, and
+comparison box plots.
 
 matplotlib is optional (``pip install 'sklode[plot]'``); every function takes an ``ax`` (or
 creates a figure) and returns the axes it drew on, so it composes with the user's own figures.
@@ -28,7 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 from .exceptions import SklodeError
 from .integrate import simulate
 
-__all__ = ["plot_comparison", "plot_fit", "plot_loss", "plot_states"]
+__all__ = ["plot_comparison", "plot_fit", "plot_loss", "plot_parameters", "plot_states"]
 
 
 def _pyplot():
@@ -199,6 +200,44 @@ def plot_loss(est, *, ax=None):
     axis.set_title(f"{type(est).__name__}: {est.stop_reason_}"[:70])
     axis.legend(fontsize="small")
     return axis
+
+
+def plot_parameters(est, *, truth=None, ax=None):
+    """Each parameter by iteration (BCD-prox's ``theta_history_``), one panel per parameter,
+    with a reference value drawn across where one is given.
+
+    Parameters
+    ----------
+    est : fitted BCDProxODE
+        Any estimator with a ``theta_history_`` of shape (n_iter, n_params).
+    truth : array-like of shape (n_params,), optional
+        Reference values (the true parameters of simulated data).
+    ax : matplotlib Axes or sequence of them, optional
+        One per parameter; default: a new figure.
+
+    Returns
+    -------
+    list of Axes
+        The panels drawn on, one per parameter.
+    """
+    check_is_fitted(est)
+    history = getattr(est, "theta_history_", None)
+    if history is None or len(history) == 0:
+        raise ValueError(f"{type(est).__name__} records no parameter history (BCDProxODE "
+                         "does, as theta_history_).")
+    history = np.asarray(history)
+    names = est.model.param_names
+    axes = _axes(ax, len(names), width=3.0)
+    iterations = np.arange(1, len(history) + 1)
+    for k, (axis, name) in enumerate(zip(axes, names)):
+        axis.plot(iterations, history[:, k], lw=1.6, label="iterate")
+        if truth is not None:
+            axis.axhline(np.ravel(truth)[k], color="k", ls="--", lw=1, label="reference")
+        axis.set_title(name)
+        axis.set_xlabel("iteration")
+    if truth is not None:
+        axes[0].legend(fontsize="small")
+    return axes
 
 
 _COMPARED = [("max_rel_theta_error", "max relative θ error"),

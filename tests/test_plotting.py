@@ -15,7 +15,13 @@ from sklode import AdjointODE, BCDProxODE, WENDyODE  # noqa: E402
 from sklode.compare import compare  # noqa: E402
 from sklode.datasets import make_trajectory  # noqa: E402
 from sklode.models import LotkaVolterra  # noqa: E402
-from sklode.plotting import plot_comparison, plot_fit, plot_loss, plot_states  # noqa: E402
+from sklode.plotting import (  # noqa: E402
+    plot_comparison,
+    plot_fit,
+    plot_loss,
+    plot_parameters,
+    plot_states,
+)
 
 LV = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
 THETA0 = (2.5, 1.5, 4.5, 1.5)
@@ -92,3 +98,15 @@ def test_without_matplotlib_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r"pip install 'sklode\[plot\]'"):
         plotting._pyplot()
+
+
+def test_plot_parameters_draws_the_iterates_of_bcdprox():
+    est = BCDProxODE(LotkaVolterra(), theta0=THETA0).fit(LV.t, LV.Y)
+    assert est.theta_history_.shape == (est.n_iter_, 4)
+    np.testing.assert_array_equal(est.theta_history_[-1], est.theta_)  # the last iterate
+    axes = plot_parameters(est, truth=[2, 1, 4, 1])
+    assert [ax.get_title() for ax in axes] == ["a", "b", "c", "d"]
+    np.testing.assert_array_equal(axes[2].get_lines()[0].get_ydata(), est.theta_history_[:, 2])
+    assert axes[2].get_lines()[1].get_ydata()[0] == 4  # the reference line
+    with pytest.raises(ValueError, match="records no parameter history"):
+        plot_parameters(WENDyODE(LotkaVolterra()).fit(LV.t, LV.Y))

@@ -180,6 +180,9 @@ class BCDProxODE(ODEEstimator):
         paper's X̂; ``predict`` instead integrates the ODE accurately).
     fidelity_history_ : list of float
         ``E`` after each outer iteration.
+    theta_history_ : ndarray of shape (n_iter_, n_params)
+        ``theta`` after each outer iteration (held parameters included): the parameter
+        traces of seed 000's Figure 1.
     n_iter_ : int
         Outer iterations run.
     converged_ : bool
@@ -428,7 +431,9 @@ class BCDProxODE(ODEEstimator):
             **self._uncertainty_attributes(uncertainty, data, fitted, transformed, z0s),
             t0_=initial_times(data),
             predicted_states_=per_experiment(predicted),
-            fidelity_history_=list(res.fidelity_history), n_iter_=res.n_iter,
+            fidelity_history_=list(res.fidelity_history),
+            theta_history_=np.array([full_theta(fit_model, th) for th in res.theta_history]),
+            n_iter_=res.n_iter,
             converged_=res.converged, stop_reason_=res.stop_reason, solver_=res.solver,
             **self._assess_fit(data, theta, x0s, f"Try substeps={2 * self.substeps} (grid "
                                "times between the samples), or AdjointODE started from "

@@ -44,6 +44,8 @@ class BCDProxResult:
         an extrapolation).
     fidelity_history : list of float
         ``E`` (summed over experiments) after each outer iteration.
+    theta_history : list of ndarray
+        ``theta`` after each outer iteration.
     n_iter : int
         Outer iterations run.
     converged : bool
@@ -61,6 +63,7 @@ class BCDProxResult:
     converged: bool
     stop_reason: str
     solver: str
+    theta_history: list = None
 
 
 # ------------------------------------------------------------------ the two block updates
@@ -199,6 +202,7 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
         return BCDProxResult(
             theta=second.theta, states=second.states,
             fidelity_history=first.fidelity_history + second.fidelity_history,
+            theta_history=first.theta_history + second.theta_history,
             n_iter=first.n_iter + second.n_iter,
             converged=first.converged and second.converged,
             stop_reason=second.stop_reason if first.converged
@@ -263,7 +267,7 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
         return [part.reshape(shape) for part, shape in zip(np.split(v, splits), shapes)]
 
     Xs = [project(X) for X in Xs]
-    history = []
+    history, thetas = [], []
     G_hist, F_hist = [], []  # Anderson: images G(x_k) and residuals G(x_k) - x_k
     converged, stop_reason = False, f"max_iter={max_iter} reached"
     E_prev = np.inf
@@ -282,6 +286,7 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
                 f"(theta = {theta_new}). The initial guess theta0 may make the vector field "
                 "explode on this grid; try a closer theta0 or a larger lam.", n_iter=n_iter)
         history.append(E_new)
+        thetas.append(np.array(theta_new, dtype=np.float64))
         residual_fp = x_image - x_now
         rel_step = float(np.linalg.norm(residual_fp) / max(np.linalg.norm(x_image), 1e-300))
         rel_theta = float(np.linalg.norm(theta_new - theta)
@@ -321,7 +326,8 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
     if len(Xs) > 1:
         solver += f", {len(Xs)} experiments"
     return BCDProxResult(theta=theta, states=Xs, fidelity_history=history, n_iter=n_iter,
-                         converged=converged, stop_reason=stop_reason, solver=solver)
+                         converged=converged, stop_reason=stop_reason, solver=solver,
+                         theta_history=thetas)
 
 
 def _anderson_update(X, X_image, residual_fp, G_hist, F_hist, memory):
