@@ -180,7 +180,7 @@ class BCDProxODE(ODEEstimator):
         paper's X̂; ``predict`` instead integrates the ODE accurately).
     fidelity_history_ : list of float
         ``E`` after each outer iteration.
-    theta_history_ : ndarray of shape (n_iter_, n_params)
+    theta_history_ : ndarray of shape (n_iter, n_params)
         ``theta`` after each outer iteration (held parameters included): the parameter
         traces of seed 000's Figure 1.
     n_iter_ : int
