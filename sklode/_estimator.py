@@ -499,13 +499,14 @@ def explained_variance(model, theta, data, x0s, options):
             return -np.inf
         truth.append(np.where(e.mask, e.Y, np.nan))
         predicted.append(P)
+    from sklearn.metrics import r2_score
+
     Y, P = np.vstack(truth), np.vstack(predicted)
     scores = []
     for k in range(len(columns)):
         present = np.isfinite(Y[:, k])
-        spread = np.sum((Y[present, k] - Y[present, k].mean()) ** 2)
-        if spread > 0:
-            scores.append(1 - np.sum((Y[present, k] - P[present, k]) ** 2) / spread)
+        if np.ptp(Y[present, k]) > 0:  # a constant column has no variance to explain
+            scores.append(r2_score(Y[present, k], P[present, k]))
     return float(np.mean(scores)) if scores else np.inf
 
 

@@ -14,3 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def school_flu_model():
+    """The user-written model of tests/school_flu_model.py for the 1978 school outbreak."""
+    from school_flu_model import SICR
+
+    return SICR()

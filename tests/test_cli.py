@@ -2,6 +2,7 @@
 
 import io
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,23 +117,6 @@ def test_estimator_errors_are_one_line_on_stderr_and_exit_status_2(tmp_path, cap
     assert "missing.csv" in capsys.readouterr().err
 
 
-SICR_MODULE = '''
-import torch
-from sklode import ODEModel
-
-
-class SICR(ODEModel):
-    state_names = ("S", "I", "C")
-    param_names = ("beta", "gamma", "delta")
-    default_theta = (1.5, 0.5, 0.5)
-
-    def rhs(self, t, x, theta):
-        new = theta[0] * x[..., 0] * x[..., 1] / 763.0
-        return torch.stack([-new, new - theta[1] * x[..., 1],
-                            theta[1] * x[..., 1] - theta[2] * x[..., 2]], dim=-1)
-'''
-
-
 @pytest.fixture
 def flu_files(tmp_path, monkeypatch):
     """The boarding-school CSV as shipped (a text date column included) and a user model."""
@@ -140,7 +124,8 @@ def flu_files(tmp_path, monkeypatch):
 
     text = files("sklode").joinpath("data", "boarding_school_flu.csv").read_text()
     (tmp_path / "flu.csv").write_text(text)
-    (tmp_path / "sir_model.py").write_text(SICR_MODULE)
+    (tmp_path / "sir_model.py").write_text(
+        (Path(__file__).parent / "school_flu_model.py").read_text())
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -138,31 +138,19 @@ def test_positivity_from_the_default_guess_warns_and_init_reaches_the_optimum():
         assert started.loss_history_[-1] <= optimum.loss_history_[-1] * (1 + 1e-6)
 
 
-def test_a_series_too_short_for_a_noise_estimate_is_judged_by_r2():
-    import torch
-
-    from sklode import ODEModel
+def test_a_series_too_short_for_a_noise_estimate_is_judged_by_r2(school_flu_model):
     from sklode.datasets import load_boarding_school_flu
-
-    class SICR(ODEModel):
-        state_names, param_names, default_theta = ("S", "I", "C"), ("beta", "gamma",
-                                                                    "delta"), (1.5, 0.5, 0.5)
-
-        def rhs(self, t, x, theta):
-            new = theta[0] * x[..., 0] * x[..., 1] / 763.0
-            return torch.stack([-new, new - theta[1] * x[..., 1],
-                                theta[1] * x[..., 1] - theta[2] * x[..., 2]], dim=-1)
 
     t, Y = load_boarding_school_flu(return_X_y=True)  # 14 days: no noise estimate (needs 16)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PoorFitWarning)  # the good fit (R^2 0.85) is silent
-        good = AdjointODE(SICR(), observed=["I", "C"], x0=(762, 1, 0), estimate_x0=False,
+        good = AdjointODE(school_flu_model, observed=["I", "C"], x0=(762, 1, 0), estimate_x0=False,
                           t0=0.0, positive=True).fit(t, Y)
     assert good.fit_adequate_ is None and good.misfit_ratio_ is None
     # BCD-prox with S hidden from a poor guess drives beta to 0: R^2 0.10, said
     with pytest.warns(PoorFitWarning, match=r"explains R\^2 = 0.10 of the observations"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IdentifiabilityWarning)
-            bad = BCDProxODE(SICR(), observed=["I", "C"], x0=(750, np.nan, np.nan),
+            bad = BCDProxODE(school_flu_model, observed=["I", "C"], x0=(750, np.nan, np.nan),
                              positive=True, substeps=4).fit(t, Y)
     assert bad.fit_adequate_ is False and bad.score(t, Y) < 0.5
