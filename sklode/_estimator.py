@@ -357,8 +357,6 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         float
             The mean R² over the observed states.
         """
-        from sklearn.metrics import r2_score
-
         check_is_fitted(self)
         if _is_experiment_list(t):
             if sample_weight is not None:
@@ -378,12 +376,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             Y_pred = np.reshape(self.predict(times), (len(times), -1))
         weights = None if sample_weight is None else check_sample_weight(sample_weight,
                                                                           len(Y_true))
-        scores = []
-        for column in range(Y_true.shape[1]):
-            present = np.isfinite(Y_true[:, column])
-            scores.append(r2_score(Y_true[present, column], Y_pred[present, column],
-                                   sample_weight=None if weights is None else weights[present]))
-        return float(np.mean(scores))
+        return float(np.mean(r2_by_state(Y_true, Y_pred, weights)))
 
     def _scoring_data(self, t, Y):
         """``(t, Y)`` validated with the estimator's initial-state settings; per-experiment
@@ -499,15 +492,38 @@ def explained_variance(model, theta, data, x0s, options):
             return -np.inf
         truth.append(np.where(e.mask, e.Y, np.nan))
         predicted.append(P)
+    Y, P = np.vstack(truth), np.vstack(predicted)
+    # a constant column has no variance to explain
+    varying = [np.ptp(Y[np.isfinite(Y[:, k]), k]) > 0 for k in range(len(columns))]
+    if not any(varying):
+        return np.inf
+    return float(np.mean(r2_by_state(Y[:, varying], P[:, varying])))
+
+
+def r2_by_state(Y_true, Y_pred, sample_weight=None):
+    """scikit-learn's R² of each column over its observed (finite) entries.
+
+    Parameters
+    ----------
+    Y_true : ndarray of shape (n_samples, n_observed)
+        Observations, NaN where missing.
+    Y_pred : ndarray of shape (n_samples, n_observed)
+    sample_weight : ndarray of shape (n_samples,), optional
+
+    Returns
+    -------
+    list of float
+        One R² per column.
+    """
     from sklearn.metrics import r2_score
 
-    Y, P = np.vstack(truth), np.vstack(predicted)
     scores = []
-    for k in range(len(columns)):
-        present = np.isfinite(Y[:, k])
-        if np.ptp(Y[present, k]) > 0:  # a constant column has no variance to explain
-            scores.append(r2_score(Y[present, k], P[present, k]))
-    return float(np.mean(scores)) if scores else np.inf
+    for column in range(Y_true.shape[1]):
+        present = np.isfinite(Y_true[:, column])
+        scores.append(r2_score(Y_true[present, column], Y_pred[present, column],
+                               sample_weight=None if sample_weight is None
+                               else sample_weight[present]))
+    return scores
 
 
 def misfit_ratios(model, theta, data, x0s, options):

@@ -378,12 +378,18 @@ def check_positive(positive, n_params):
     -------
     ndarray of bool
     """
-    mask = np.asarray(positive)
+    return _boolean_mask(positive, n_params, "positive", "parameter")
+
+
+def _boolean_mask(value, size, name, each):
+    """``value`` (True, False or ``size`` booleans) as a boolean array of shape (size,); a
+    ValueError naming ``name`` and what each entry stands for otherwise."""
+    mask = np.asarray(value)
     if mask.ndim == 0 and mask.dtype == bool:
-        return np.full(n_params, bool(mask))
-    if mask.shape != (n_params,) or mask.dtype != bool:
-        raise ValueError(f"positive must be True, False or {n_params} booleans (one per "
-                         f"parameter); got {positive!r}.")
+        return np.full(size, bool(mask))
+    if mask.shape != (size,) or mask.dtype != bool:
+        raise ValueError(f"{name} must be True, False or {size} booleans (one per {each}); "
+                         f"got {value!r}.")
     return mask.copy()
 
 
@@ -599,12 +605,7 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         x0, n_exp, n_states, "x0")
     if np.any(np.isinf(x0_rows)):
         raise ValueError(f"x0 must be finite (NaN marks an unknown component); got {x0}.")
-    mask = np.asarray(estimate_x0)
-    if mask.ndim == 0 and mask.dtype == bool:
-        mask = np.full(n_states, bool(mask))
-    elif mask.shape != (n_states,) or mask.dtype != bool:
-        raise ValueError(f"estimate_x0 must be True, False or {n_states} booleans (one per "
-                         f"state {model.state_names}); got {estimate_x0!r}.")
+    mask = _boolean_mask(estimate_x0, n_states, "estimate_x0", f"state {model.state_names}")
     known_but_missing = ~mask & np.isnan(x0_rows).any(axis=0)
     if known_but_missing.any():
         missing = [model.state_names[i] for i in np.flatnonzero(known_but_missing)]

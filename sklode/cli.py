@@ -80,9 +80,8 @@ def demo(problem_name="lotka_volterra", noise=None, seed=0, out=None):
     return rows
 
 
-def _plot(records, path):
-    """Box plots of the per-trial errors and CPU times by method, titled with what was
-    compared (matplotlib extra)."""
+def _save_figure(draw, path):
+    """Save the figure ``draw()`` draws (it returns its axes) to ``path`` (matplotlib extra)."""
     try:
         import matplotlib
 
@@ -90,12 +89,17 @@ def _plot(records, path):
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install 'sklode[plot]'") from None
-    from .plotting import plot_comparison
-
-    axes = plot_comparison(records)
-    figure = axes[0].figure
+    figure = np.ravel(draw())[0].figure
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def _plot(records, path):
+    """Box plots of the per-trial errors and CPU times by method, titled with what was
+    compared."""
+    from .plotting import plot_comparison
+
+    _save_figure(lambda: plot_comparison(records), path)
 
 
 def compare_command(args, out=None):
@@ -332,23 +336,23 @@ def _estimator_for(args, model, observed):
         kwargs["max_iter"] = args.max_iter
     kwargs.update({k: _setting(v) for k, v in _key_values(opt("set"), "--set").items()})
     Estimator = get_method(opt("method", "adjoint")).estimator
-    unknown = sorted(set(kwargs) - set(Estimator(model).get_params()))
+    settings = set(Estimator(model).get_params()) - {"model"}
+    unknown = sorted(set(kwargs) - settings)
     if unknown:
         raise ValueError(f"--set {unknown[0]}: {Estimator.__name__} has no setting "
-                         f"{unknown[0]!r}; its settings are "
-                         f"{sorted(set(Estimator(model).get_params()) - {'model'})}.")
+                         f"{unknown[0]!r}; its settings are {sorted(settings)}.")
     return Estimator(model, **kwargs)
 
 
-def _write_fit(est, path, t, Y, observed, columns, stderr, elapsed):
+def _write_fit(est, path, t, Y, observed, columns, stderr, r2, elapsed):
     """The fit as JSON (parameters, errors, x0, status) or as a CSV of data and fit."""
     import json
 
-    order = np.argsort(t, kind="stable")
-    fitted = np.reshape(est.predict(t[order]), (len(t), -1))
     if str(path).endswith(".csv"):
         import csv
 
+        order = np.argsort(t, kind="stable")
+        fitted = np.reshape(est.predict(t[order]), (len(t), -1))
         with open(path, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(["t"] + [f"{c}_data" for c in columns]
@@ -364,7 +368,7 @@ def _write_fit(est, path, t, Y, observed, columns, stderr, elapsed):
         "x0": dict(zip(est.model.state_names, map(float, np.ravel(est.x0_)))),
         "t0": float(est.t0_), "observed": observed, "converged": bool(est.converged_),
         "n_iter": int(est.n_iter_), "stop_reason": est.stop_reason_, "solver": est.solver_,
-        "r2": float(est.score(t, Y)), "cpu_s": elapsed,
+        "r2": r2, "cpu_s": elapsed,
     }
     with open(path, "w") as fh:
         json.dump(summary, fh, indent=1)
@@ -404,10 +408,11 @@ def fit_command(args, out=None):
     for i, name in enumerate(model.param_names):
         print(f"  {name:>10} = {est.theta_[i]:.6g} ± {stderr[i]:.4g} (1 s.e.)", file=out)
     print(f"  x0 at t0={est.t0_:g}: {np.round(est.x0_, 6).tolist()}", file=out)
+    r2 = float(est.score(t, Y))
     print(f"  converged: {getattr(est, 'converged_', True)}, iterations: {est.n_iter_}, "
-          f"R^2: {est.score(t, Y):.4f}, CPU s: {cpu:.3f}", file=out)
+          f"R^2: {r2:.4f}, CPU s: {cpu:.3f}", file=out)
     if getattr(args, "output", None):
-        _write_fit(est, args.output, t, Y, observed, columns, stderr, cpu)
+        _write_fit(est, args.output, t, Y, observed, columns, stderr, r2, cpu)
         print(f"fit written to {args.output}", file=out)
     if getattr(args, "plot", None):
         _plot_fit(est, t, Y, args.plot)
@@ -416,18 +421,10 @@ def fit_command(args, out=None):
 
 
 def _plot_fit(est, t, Y, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'sklode[plot]'") from None
+    """The data and the fit with its 95 % band."""
     from .plotting import plot_fit
 
-    axes = plot_fit(est, t, Y, random_state=0)
-    axes[0].figure.savefig(path, dpi=120)
-    plt.close(axes[0].figure)
+    _save_figure(lambda: plot_fit(est, t, Y, random_state=0), path)
 
 
 def main(argv=None):

@@ -63,7 +63,7 @@ class BCDProxResult:
     converged: bool
     stop_reason: str
     solver: str
-    theta_history: list = None
+    theta_history: list
 
 
 # ------------------------------------------------------------------ the two block updates
