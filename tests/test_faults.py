@@ -4,7 +4,6 @@ optimiser stopped by ``max_iter``, an interrupted fit; inputs never modified, a 
 leaves the previous fit exactly as it was, warnings and never prints."""
 
 import pickle
-import signal
 import warnings
 
 import numpy as np
@@ -221,30 +220,37 @@ def test_a_failed_refit_leaves_the_previous_fit_exactly_as_it_was(Estimator, fit
         pickle.dumps({k: v for k, v in vars(fitted[Estimator]).items() if k.endswith("_")})
 
 
-def _interrupt_after(seconds):
-    def _ctrl_c(signum, frame):
-        raise KeyboardInterrupt
+class CountingLV(LotkaVolterra):
+    """Lotka-Volterra that counts its field evaluations and, once ``stop_at`` is reached,
+    raises KeyboardInterrupt from inside the numerics, as a Ctrl-C arriving mid-fit would.
+    Counting calls, not seconds, interrupts at the same point on a fast or a slow machine."""
 
-    signal.signal(signal.SIGALRM, _ctrl_c)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    calls = 0
+    stop_at = None
+
+    def rhs(self, t, x, theta):
+        type(self).calls += 1
+        if type(self).stop_at is not None and type(self).calls >= type(self).stop_at:
+            raise KeyboardInterrupt
+        return super().rhs(t, x, theta)
 
 
 @by_estimator
 def test_an_interrupted_fit_leaves_the_estimator_as_it_was(Estimator, fitted):
-    # 4001 samples with a tight tol: each method needs 0.8-100 s, interrupted after 0.1 s.
-    t = np.linspace(0, 40, 4001)
-    X = simulate(LotkaVolterra(), [2, 1, 4, 1], [5, 3], t)
-    Y = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)
-    est = pickle.loads(pickle.dumps(fitted[Estimator])).set_params(tol=1e-14)
+    est = pickle.loads(pickle.dumps(fitted[Estimator]))
     before = pickle.dumps({k: v for k, v in vars(est).items() if k.endswith("_")})
-    previous = signal.getsignal(signal.SIGALRM)
     try:
-        _interrupt_after(0.1)
+        # A whole fit first, to learn how many field evaluations it takes (17 to 1,700 by
+        # method); then the same fit interrupted half-way through them.
+        CountingLV.calls, CountingLV.stop_at = 0, None
+        _quiet_fit(pickle.loads(pickle.dumps(est)).set_params(model=CountingLV()), LV.t, LV.Y)
+        assert CountingLV.calls >= 4  # else "half-way" would be the set-up, not the fit
+        CountingLV.calls, CountingLV.stop_at = 0, CountingLV.calls // 2
         with pytest.raises(KeyboardInterrupt):
-            _quiet_fit(est, t, Y)
+            _quiet_fit(est.set_params(model=CountingLV()), LV.t, LV.Y)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        CountingLV.stop_at = None
+    est.set_params(model=LotkaVolterra())
     assert pickle.dumps({k: v for k, v in vars(est).items() if k.endswith("_")}) == before
     np.testing.assert_array_equal(est.predict(LV.t), fitted[Estimator].predict(LV.t))
 
