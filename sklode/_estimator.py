@@ -372,7 +372,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             observed = list(self.observed_)
             times, Y_true, _ = check_series(
                 t, Y, n_observed=len(observed), estimator_name=type(self).__name__,
-                observed_names=[self.model.state_names[i] for i in observed])
+                observed_names=[self.model.state_names[i] for i in observed],
+                state_names=self.model.state_names)
             Y_pred = np.reshape(self.predict(times), (len(times), -1))
         weights = None if sample_weight is None else check_sample_weight(sample_weight,
                                                                           len(Y_true))

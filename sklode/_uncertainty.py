@@ -230,6 +230,13 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
             structural.update(live[members].tolist())
             relative = direction[members] / (norms[live][members] * z[live][members])
             unidentifiable.append(_combination([names[k] for k in live[members]], relative))
+    # A method's own covariance can be singular (WENDy's on data its weak form cannot
+    # resolve): those unknowns, and the initial values propagated from them, are undetermined.
+    lost = [k for k in np.flatnonzero(~np.all(np.isfinite(cov), axis=1)) if k not in structural]
+    if lost:
+        structural.update(lost)
+        unidentifiable.append(", ".join(names[k] for k in lost) + " (the method's information "
+                              "matrix for them is singular on these data)")
     keep = np.array([k for k in range(n) if k not in structural], dtype=int)
     if keep.size:  # practical: wide directions of the relative covariance
         variance, W = np.linalg.eigh(cov[np.ix_(keep, keep)] / np.outer(sizes[keep],

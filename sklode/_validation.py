@@ -14,6 +14,7 @@ Messages name the value received and the way out, e.g.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -140,6 +141,51 @@ def _feature_names(t):
     return np.asarray([str(c) for c in columns], dtype=object)
 
 
+def _dtype_kinds(value):
+    """The numpy dtype kinds ``value`` holds: one per column of a DataFrame, else its own."""
+    dtypes = getattr(value, "dtypes", None)
+    if dtypes is not None and not isinstance(dtypes, np.dtype):  # a DataFrame
+        return {getattr(d, "kind", "O") for d in dtypes}
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(value).dtype
+        except (TypeError, ValueError):  # ragged nesting: the conversion will say so
+            return set()
+    return {getattr(dtype, "kind", "O")}
+
+
+def _holds_dates(value):
+    if _dtype_kinds(value) & {"M", "m"}:
+        return True
+    try:
+        items = np.asarray(value, dtype=object).ravel()
+    except (TypeError, ValueError):
+        return False
+    return any(isinstance(v, (datetime.date, datetime.timedelta)) for v in items)
+
+
+def _dates_error(name):
+    return ValueError(
+        f"{name} holds dates or durations; sklode needs numbers in the time unit of the "
+        "model's rates. Convert them first, e.g. days since the first sample: "
+        "(t - t[0]) / np.timedelta64(1, 'D'), or for a pandas column "
+        "(df['date'] - df['date'].iloc[0]) / pd.Timedelta(days=1).")
+
+
+def _refuse_dates_and_booleans(value, name, *, allow_bool=False):
+    """Dates and durations would become nanoseconds since 1970 and booleans 0/1 without a
+    word (a date column fitted every rate to 0): refuse both, naming the conversion."""
+    kinds = _dtype_kinds(value)
+    if kinds & {"M", "m"}:
+        raise _dates_error(name)
+    if "b" in kinds and not allow_bool:
+        raise ValueError(
+            f"{name} holds booleans (True/False), not measured values. Pass numbers; a "
+            "missing observation is NaN in Y (not a mask), an estimated initial value is "
+            "NaN in x0 or set by estimate_x0.")
+
+
 def as_float_array(value, name, *, example="numbers"):
     """``value`` as a float64 array, or a ValueError naming ``name`` for text, complex values,
     objects or ragged nesting (numpy's own messages name neither the argument nor the fix).
@@ -159,18 +205,31 @@ def as_float_array(value, name, *, example="numbers"):
     """
     if np.iscomplexobj(value):
         raise ValueError(f"{name} must be real {example}; got complex values {value!r}.")
+    _refuse_dates_and_booleans(value, name)
     try:
         return np.array(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
+        if _holds_dates(value):
+            raise _dates_error(name) from None
         raise ValueError(f"{name} must be real {example}; got {value!r} ({exc}).") from None
 
 
-def _checked_array(value, name, **kwargs):
+def _checked_array(value, name, *, allow_bool=False, masked_as_nan=False, **kwargs):
     """scikit-learn's ``check_array`` to float64, with numpy's conversion errors (text,
-    objects) and the complex-data error naming the argument and the way out."""
+    objects, dates) and the complex-data error naming the argument and the way out.
+    ``check_array`` reads a masked array's hidden values as data: with ``masked_as_nan``
+    masked entries become NaN (missing), otherwise they are refused."""
+    _refuse_dates_and_booleans(value, name, allow_bool=allow_bool)
+    if np.ma.is_masked(value):
+        if not masked_as_nan:
+            raise ValueError(f"{name} has masked entries; remove them (a missing observation "
+                             "is NaN in Y, or a masked entry of Y).")
+        value = np.ma.masked_array(value, dtype=np.float64).filled(np.nan)
     try:
         return check_array(value, dtype=np.float64, input_name=name, copy=True, **kwargs)
     except (TypeError, ValueError) as exc:
+        if _holds_dates(value):  # datetime objects in an object array
+            raise _dates_error(name) from None
         text = str(exc)
         if text.startswith("Complex data not supported"):
             raise ValueError(f"{name}: Complex data not supported. Pass real numbers (the "
@@ -429,8 +488,23 @@ def _is_experiment_list(t):
         np.ndim(item) >= 1 for item in t)
 
 
+def _check_column_names(Y, observed_names, state_names, where):
+    """A DataFrame whose columns are the model's state names in another order than the
+    estimator reads them would be fitted by position, the states swapped: refuse it."""
+    columns = getattr(Y, "columns", None)
+    if columns is None:
+        return
+    columns = [str(c) for c in columns]
+    if columns == list(observed_names) or not set(columns) <= set(state_names):
+        return  # the expected order, or names that are not states: read by position
+    raise ValueError(
+        f"Y{where}'s columns {columns} are state names, but the estimator reads Y's columns "
+        f"by position as {list(observed_names)} (set by observed=). Select them in that "
+        f"order, Y[{list(observed_names)!r}], or pass observed={columns!r}.")
+
+
 def check_series(t, Y, *, n_observed, observed_names, min_samples=1, estimator_name,
-                 where=""):
+                 where="", state_names=()):
     """One series ``(t, Y)`` as float64 copies in the order given, with its shapes checked.
 
     Parameters
@@ -448,6 +522,9 @@ def check_series(t, Y, *, n_observed, observed_names, min_samples=1, estimator_n
         For messages.
     where : str, default=""
         Which experiment, for messages (e.g. ``" (experiment 1)"``).
+    state_names : sequence of str, default=()
+        All the model's states: a DataFrame ``Y`` whose columns are state names must list
+        ``observed_names`` in order.
 
     Returns
     -------
@@ -462,7 +539,9 @@ def check_series(t, Y, *, n_observed, observed_names, min_samples=1, estimator_n
             f"{estimator_name} requires y to be passed, but the target y is None. Pass the "
             "observed states Y of shape (n_samples, n_observed)."
         )
-    Y_arr = _checked_array(Y, "Y", ensure_2d=False, ensure_all_finite="allow-nan",
+    _check_column_names(Y, observed_names, state_names, where)
+    Y_arr = _checked_array(Y, "Y", masked_as_nan=True, ensure_2d=False,
+                           ensure_all_finite="allow-nan",
                            ensure_min_samples=0, ensure_min_features=0, allow_nd=True)
     y_ndim = Y_arr.ndim
     if y_ndim == 1:
@@ -503,7 +582,7 @@ def check_sample_weight(sample_weight, n_samples):
     ndarray of shape (n_samples,)
     """
     weights = _checked_array(sample_weight, "sample_weight", ensure_2d=False,
-                             ensure_min_samples=0)
+                             ensure_min_samples=0, allow_bool=True)  # 0/1: a selection
     if weights.shape != (n_samples,):
         raise ValueError(f"sample_weight must have shape ({n_samples},), one weight per "
                          f"sample; got shape {weights.shape}.")
@@ -512,11 +591,12 @@ def check_sample_weight(sample_weight, n_samples):
     return weights
 
 
-def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimator_name):
+def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimator_name,
+               state_names):
     where = "" if index is None else f" (experiment {index})"
     t_arr, Y_arr, y_ndim = check_series(
         t, Y, n_observed=n_observed, observed_names=observed_names, min_samples=min_samples,
-        estimator_name=estimator_name, where=where)
+        estimator_name=estimator_name, where=where, state_names=state_names)
     order = np.argsort(t_arr, kind="stable")
     t_sorted, Y_sorted = t_arr[order], Y_arr[order]
     repeated = np.flatnonzero(np.diff(t_sorted) == 0)
@@ -597,7 +677,7 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         pairs = [(t, Y)]
     checked = [_check_one(ti, Yi, index=k if several else None, n_observed=len(observed),
                           observed_names=names, min_samples=min_samples,
-                          estimator_name=estimator_name)
+                          estimator_name=estimator_name, state_names=model.state_names)
                for k, (ti, Yi) in enumerate(pairs)]
     n_exp, n_states = len(checked), model.n_states
 

@@ -7,11 +7,13 @@ offending value. Every case runs under a 30 s alarm: a validation error is raise
 numerics, in milliseconds, so the alarm only catches a hang.
 """
 
+import datetime
 import signal
 import warnings
 from contextlib import contextmanager
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sklearn.exceptions import NotFittedError
@@ -118,6 +120,18 @@ COMMON = [
     # 6 unknowns (4 parameters, 2 initial values)
     ("t-too-few", lambda E: _fit(E, t=T[:2], y=Y[:2]), ValueError, "at least"),
     ("t-none", lambda E: _fit(E, t=None), (TypeError, ValueError), "t"),
+    # dates would become nanoseconds since 1970 (every rate fitted to 0 before this check)
+    ("t-datetime64", lambda E: _fit(E, t=np.datetime64("2020-01-01") + np.arange(len(T))),
+     ValueError, "t holds dates or durations"),
+    ("t-timedelta64", lambda E: _fit(E, t=np.arange(len(T)) * np.timedelta64(1, "D")),
+     ValueError, "np.timedelta64(1, 'D')"),
+    ("t-date-objects", lambda E: _fit(E, t=[datetime.date(2020, 1, 1) + datetime.timedelta(i)
+                                            for i in range(len(T))]), ValueError,
+     "t holds dates"),
+    ("t-pandas-dates", lambda E: _fit(E, t=pd.Series(pd.date_range("2020", periods=len(T)))),
+     ValueError, "pd.Timedelta(days=1)"),
+    ("t-masked", lambda E: _fit(E, t=np.ma.masked_array(T, mask=T > 3)), ValueError,
+     "t has masked entries"),
     # the values
     ("Y-all-missing", lambda E: _fit(E, y=np.full_like(Y, np.nan)), ValueError,
      "no observed value"),
@@ -131,6 +145,13 @@ COMMON = [
      "Y must hold numbers"),
     ("Y-complex", lambda E: _fit(E, y=Y + 1j), ValueError, "complex"),
     ("Y-none", lambda E: _fit(E, y=None), ValueError, "y to be passed"),
+    ("Y-booleans", lambda E: _fit(E, y=Y > 3), ValueError, "Y holds booleans"),
+    # a DataFrame naming the states in another order would be read by position, swapped
+    ("Y-columns-swapped", lambda E: _fit(E, y=pd.DataFrame(Y[:, ::-1],
+                                                          columns=["predator", "prey"])),
+     ValueError, "observed=['predator', 'prey']"),
+    ("Y-columns-subset", lambda E: _fit(E, y=pd.DataFrame(Y[:, 1:], columns=["predator"])),
+     ValueError, "observed=['predator']"),
     ("Y-empty", lambda E: _fit(E, y=np.empty((len(T), 0))), ValueError, "Y"),
     # several experiments
     ("list-lengths", lambda E: _fit(E, t=two[0], y=two[1][:1]), ValueError, "experiment"),
@@ -158,6 +179,7 @@ COMMON = [
     ("x0-experiments", lambda E: _fit(E, t=two[0], y=two[1], x0=np.ones((3, 2))), ValueError,
      "x0 must have shape"),
     ("x0-strings", lambda E: _fit(E, x0=("a", "b")), ValueError, "x0 must be real numbers"),
+    ("x0-booleans", lambda E: _fit(E, x0=(True, False)), ValueError, "x0 holds booleans"),
     ("estimate_x0-length", lambda E: _fit(E, estimate_x0=[True, False, True]), ValueError,
      "estimate_x0"),
     ("estimate_x0-string", lambda E: _fit(E, estimate_x0="yes"), (TypeError, ValueError),

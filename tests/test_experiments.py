@@ -485,3 +485,35 @@ def test_an_active_bound_holds_on_the_nonlinear_theta_paths(Estimator, settings)
                ("Gauss-Newton with bounds", "L-BFGS-B on both blocks", "nonlinear IRLS"))
     if Estimator is WENDyODE:  # one cost over theta: its bounded optimum is on the bound
         assert capped.theta_[1] == pytest.approx(1.8, abs=1e-6)
+
+
+def test_masked_entries_of_Y_are_missing_values():
+    # scikit-learn's check_array reads a masked array's hidden values as data: a masked entry
+    # must count as missing, exactly as NaN does (the same fit, bit for bit), whatever
+    # value it hides (here 100 times the true one).
+    t = np.linspace(0, 4, 41)
+    X = simulate(LotkaVolterra(), THETA, [5, 3], t)
+    Y = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)
+    hide = np.zeros_like(Y, dtype=bool)
+    hide[5:9, 0] = True
+    masked = np.ma.masked_array(np.where(hide, 100 * Y, Y), mask=hide)
+    a = BCDProxODE(LotkaVolterra(), **GUESS).fit(t, masked)
+    b = BCDProxODE(LotkaVolterra(), **GUESS).fit(t, np.where(hide, np.nan, Y))
+    np.testing.assert_array_equal(a.theta_, b.theta_)
+
+
+def test_a_dataframe_naming_the_states_is_read_in_the_order_observed_gives():
+    pd = pytest.importorskip("pandas")
+    t = np.linspace(0, 4, 41)
+    X = simulate(LotkaVolterra(), THETA, [5, 3], t)
+    Y = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)
+    plain = AdjointODE(LotkaVolterra(), **GUESS).fit(t, Y)
+    frame = pd.DataFrame(Y[:, ::-1], columns=["predator", "prey"])
+    named = AdjointODE(LotkaVolterra(), observed=["predator", "prey"], **GUESS).fit(t, frame)
+    # the same data with its columns named and swapped: the same optimum, to the forward
+    # solver's tolerance (rtol 1e-6 in the states)
+    assert_allclose(named.theta_, plain.theta_, rtol=1e-4)
+    # columns that are not state names are read by position, as before
+    other = AdjointODE(LotkaVolterra(), **GUESS).fit(t, pd.DataFrame(Y, columns=["hare",
+                                                                                "lynx"]))
+    np.testing.assert_array_equal(other.theta_, plain.theta_)

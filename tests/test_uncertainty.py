@@ -164,3 +164,31 @@ def test_two_weak_directions_among_the_same_unknowns_are_named_once():
     result = _covariance(J, 1.0, np.ones(4), np.ones(4), ["a", "b", "c", "d"])
     assert len(result.unidentifiable) == len(set(result.unidentifiable)) >= 1
     assert np.all(np.isinf(np.diag(result.cov)))
+
+
+def test_a_singular_method_covariance_is_named_not_an_internal_error():
+    from sklode._uncertainty import _covariance
+
+    # WENDy's covariance is NaN when its weak-form information matrix cannot be inverted;
+    # eigh of the NaN matrix raised numpy's "Eigenvalues did not converge". Now the unknowns
+    # it covers, and the initial values propagated from them, are named, with infinite errors.
+    J = np.random.default_rng(0).standard_normal((30, 6))  # x0 (2) then theta (4)
+    names = ["x0[prey]", "x0[predator]", "a", "b", "c", "d"]
+    result = _covariance(J, 1.0, np.ones(6), np.ones(6), names, n_x0=2,
+                         theta_cov=np.full((4, 4), np.nan))
+    assert np.all(np.isinf(np.diag(result.cov)))
+    assert any("singular" in text and all(n in text for n in names)
+               for text in result.unidentifiable)
+
+
+def test_wendy_on_data_its_weak_form_cannot_resolve_warns_instead_of_failing():
+    # 0/1 step data (a threshold of the LV series): WENDy's G^T C^-1 G was exactly singular
+    # here and the fit ended in numpy's LinAlgError. It must end in a fit with warnings.
+    d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    steps = (d.Y > 3).astype(float)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = WENDyODE(LotkaVolterra()).fit(d.t, steps)
+    assert np.all(np.isfinite(est.theta_))
+    if not np.all(np.isfinite(est.theta_stderr_)):  # (measured: all inf) never silently
+        assert IdentifiabilityWarning in {w.category for w in caught}
