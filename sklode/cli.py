@@ -262,8 +262,30 @@ def _setting(text):
         return text
 
 
+def _days_since_first(cells, where):
+    """ISO dates in a time column (``2020-03-01``, ``2020-03-01T06:00``) as days since the
+    earliest, with that date; None when the column holds numbers."""
+    first = cells[0].strip() if cells else ""
+    try:
+        float(first)
+        return None
+    except ValueError:
+        pass
+    try:
+        stamps = np.array([np.datetime64(c.strip()) for c in cells])
+    except ValueError:
+        return None  # not dates either: the number parser names the cell
+    if np.isnat(stamps).any():
+        k = int(np.flatnonzero(np.isnat(stamps))[0])
+        raise ValueError(f"{where}: row {k + 2} has no date; every row needs its time.")
+    origin = stamps.min()
+    return (stamps - origin) / np.timedelta64(1, "D"), str(origin)
+
+
 def _read_table(path, time_column, mapping, model, observed):
-    """``(t, Y, observed state names, data column names)`` from a CSV file."""
+    """``(t, Y, observed state names, data column names, time origin)`` from a CSV file: the
+    origin is the first date when the time column holds dates (then ``t`` is in days since
+    it), else None."""
     import csv
 
     with open(path, newline="") as fh:
@@ -302,11 +324,18 @@ def _read_table(path, time_column, mapping, model, observed):
     if missing:
         raise ValueError(f"{path} has no column for the observed state(s) {missing} "
                          f"(columns: {header}); map them with --column STATE=COLUMN.")
-    used = [header.index(c) for c in (time_column, *columns)]  # other columns may be text
+    time_index = header.index(time_column)
+    dates = _days_since_first([row[time_index] for row in body],
+                              f"{path} column {time_column!r}")
+    used = [header.index(c) for c in columns]  # other columns may be text
     values = np.array([[_number(row[j], f"{path} row {k + 2}, column {header[j]!r}")
                         for j in used] for k, row in enumerate(body)],
                       dtype=np.float64).reshape(len(body), len(used))
-    return values[:, 0], values[:, 1:], list(observed), columns
+    if dates is not None:
+        return dates[0], values, list(observed), columns, dates[1]
+    t = np.array([_number(row[time_index], f"{path} row {k + 2}, column {time_column!r}")
+                  for k, row in enumerate(body)], dtype=np.float64)
+    return t, values, list(observed), columns, None
 
 
 def _estimator_for(args, model, observed):
@@ -390,7 +419,8 @@ def fit_command(args, out=None):
         if unknown:
             raise ValueError(f"--observed {args.observed}: {model!r} has no state(s) "
                              f"{unknown}; its states are {model.state_names}.")
-    t, Y, observed, columns = _read_table(args.csv, time_column, mapping, model, observed)
+    t, Y, observed, columns, origin = _read_table(args.csv, time_column, mapping, model,
+                                                  observed)
     est = _estimator_for(args, model, observed)
     start = time.process_time()
     with warnings.catch_warnings(record=True) as caught:
@@ -405,6 +435,8 @@ def fit_command(args, out=None):
     mapped = [s if c == s else f"{s} (column {c})" for s, c in zip(observed, columns)]
     print(f"{type(est).__name__} on {args.csv}: {t.size} times, observed {mapped}, model "
           f"{model!r}", file=out)
+    if origin is not None:
+        print(f"  times: days since {origin} (column {time_column!r} holds dates)", file=out)
     for i, name in enumerate(model.param_names):
         print(f"  {name:>10} = {est.theta_[i]:.6g} ± {stderr[i]:.4g} (1 s.e.)", file=out)
     print(f"  x0 at t0={est.t0_:g}: {np.round(est.x0_, 6).tolist()}", file=out)
@@ -471,7 +503,7 @@ def main(argv=None):
     p_fit.add_argument("--method", default="adjoint", choices=list(METHOD_NAMES))
     p_fit.add_argument("--column", action="append", metavar="STATE=COLUMN",
                        help="the CSV column holding a state (repeatable); t=COLUMN names the "
-                            "time column")
+                            "time column (numbers, or ISO dates read as days since the first)")
     p_fit.add_argument("--time-column", default="t", help="the time column (default: t)")
     p_fit.add_argument("--observed", default=None, metavar="STATE,...",
                        help="the observed states, by name (default: the mapped and the "

@@ -189,3 +189,26 @@ def test_help_shows_an_example_for_fit_and_compare(capsys):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out
+
+
+def test_a_date_column_is_read_as_days_since_its_first_date(flu_files, capsys):
+    import json
+
+    # The shipped CSV has both: day (1..14) and date (1978-01-22..). With dates t is days
+    # since 22 January, so the index case at day 0 is t0 = -1: the same fit, to the
+    # optimiser's tolerance.
+    dated = [a if a != "t=day" else "t=date" for a in FLU]
+    dated[dated.index("--t0") + 1] = "-1"
+    args = ["--model", "sir_model.py:SICR", "--output", "fit.json"]
+    assert main(FLU + args) == 0
+    by_day = json.loads((flu_files / "fit.json").read_text())
+    capsys.readouterr()
+    assert main(dated + args) == 0
+    assert "times: days since 1978-01-22 (column 'date' holds dates)" in capsys.readouterr().out
+    by_date = json.loads((flu_files / "fit.json").read_text())
+    for name in ("beta", "gamma", "delta"):
+        assert by_date["theta"][name] == pytest.approx(by_day["theta"][name], rel=1e-6)
+    (flu_files / "gap.csv").write_text("date,in_bed,convalescent\n1978-01-22,3,0\n,8,0\n")
+    assert main(["fit", "gap.csv", "--model", "sir_model.py:SICR", "--column", "t=date",
+                 "--column", "I=in_bed", "--column", "C=convalescent"]) == 2
+    assert "gap.csv column 'date': row 3 has no date" in capsys.readouterr().err
