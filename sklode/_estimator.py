@@ -93,6 +93,10 @@ POOR_FIT_R2 = 0.5
 # The noise level is floored at this fraction of the state's RMS: on (nearly) noise-free data
 # a misfit below 1 % of the signal is never called poor.
 _NOISE_FLOOR = 0.01
+# A poor-fit warning names an observation further from all the others of its state than
+# their whole range: no sampled trajectory jumps that far in one value (a peak sampled by a
+# single point can, and is then named with an "if"); a typo or a unit slip does.
+_ISOLATION = 1.0
 
 
 class ODEEstimator(RegressorMixin, BaseEstimator):
@@ -199,15 +203,17 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             r2 = explained_variance(self.model, theta, data, x0s, self._simulation_options())
             if r2 >= POOR_FIT_R2:
                 return {"fit_adequate_": None, "misfit_ratio_": None}
+            outlier = isolated_extreme(data, self.model.state_names)
             warn(
                 f"{type(self).__name__} fits its training data poorly: the fitted trajectory "
                 f"explains R^2 = {r2:.2f} of the observations' variance (below "
                 f"{POOR_FIT_R2:g}; the series is too short to estimate its noise, so this is "
                 f"the only check). theta_ may be a local optimum or the method may not suit "
-                f"these data. {advice}", PoorFitWarning)
+                f"these data.{outlier} {advice}", PoorFitWarning)
             return {"fit_adequate_": False, "misfit_ratio_": None}
         adequate = bool(np.all(ratios <= POOR_FIT_RATIO))
         if not adequate:
+            outlier = isolated_extreme(data, self.model.state_names)
             worst = int(np.argmax(ratios))
             state = self.model.state_names[data.observed[worst]]
             warn(
@@ -215,7 +221,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 f"{state!r} by {ratios[worst]:.3g} noise levels (RMS of the residual over "
                 f"the noise estimated from the data; an adequate fit is near 1, poor above "
                 f"{POOR_FIT_RATIO:g}). theta_ may be a local optimum or the method may not "
-                f"suit these data. {advice}", PoorFitWarning)
+                f"suit these data.{outlier} {advice}", PoorFitWarning)
         return {"fit_adequate_": adequate, "misfit_ratio_": ratios}
 
     def _uncertainty_attributes(self, uncertainty, data, fitted, transformed=None, z0s=None):
@@ -499,6 +505,45 @@ def explained_variance(model, theta, data, x0s, options):
     if not any(varying):
         return np.inf
     return float(np.mean(r2_by_state(Y[:, varying], P[:, varying])))
+
+
+def isolated_extreme(data, state_names):
+    """A sentence naming an observation that lies beyond all the others of its state by more
+    than their whole range, or an empty string. A typo or a unit error in one value drags
+    every method's fit (one prey count of 1e4 among 82 values of about 5 moved BCD-prox's a
+    from 2 to 1,473), and the fit's residuals then point elsewhere; the data alone show it.
+
+    Parameters
+    ----------
+    data : ExperimentData
+    state_names : tuple of str
+        The model's states.
+
+    Returns
+    -------
+    str
+    """
+    for j, state in enumerate(data.observed):
+        values, where = [], []
+        for k, e in enumerate(data.experiments):
+            rows = np.flatnonzero(e.mask[:, j])
+            values.append(e.Y[rows, j])
+            where += [(k, e.t[i]) for i in rows]
+        values = np.concatenate(values)
+        if values.size < 3:
+            continue
+        order = np.argsort(values)
+        for extreme, nearest, rest in ((order[-1], order[-2], values[order[:-1]]),
+                                       (order[0], order[1], values[order[1:]])):
+            spread = np.ptp(rest)
+            if spread > 0 and abs(values[extreme] - values[nearest]) > _ISOLATION * spread:
+                k, time = where[extreme]
+                exp = f" of experiment {k}" if data.several else ""
+                return (f" The value {values[extreme]:.6g} of {state_names[state]!r} at t = "
+                        f"{time:g}{exp} lies far outside all its others ({rest.min():.4g} to "
+                        f"{rest.max():.4g}): if it is a typo or a unit error, set it to NaN "
+                        "(a missing value) and fit again.")
+    return ""
 
 
 def r2_by_state(Y_true, Y_pred, sample_weight=None):

@@ -52,6 +52,45 @@ def test_bcdprox_on_a_sparse_yearly_cycle_warns_and_substeps_fix_it():
     assert fixed.score(t, Y) > 0.97 > est.score(t, Y) + 0.2
 
 
+@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE, AdjointODE],
+                         ids=lambda c: c.__name__)
+def test_a_gross_error_in_one_value_is_named_in_the_poor_fit_warning(Estimator):
+    d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    Y = d.Y.copy()
+    Y[20, 0] *= 10  # a slipped decimal point in one prey count of 82 values
+    est, poor = _fit_recording(Estimator(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5)),
+                               d.t, Y)
+    # It drags every method's fit (a = 5 to 116 instead of 2): the residuals then point
+    # elsewhere, so the warning names the value itself, from the data.
+    assert est.fit_adequate_ is False and poor
+    assert (f"The value {Y[20, 0]:.6g} of 'prey' at t = {d.t[20]:g} lies far outside all "
+            "its others") in str(poor[0].message)
+    # the same data without the slip: adequate, and the fit's own warning-free path
+    Y[20, 0] = d.Y[20, 0]
+    est, poor = _fit_recording(Estimator(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5)),
+                               d.t, Y)
+    assert est.fit_adequate_ is True and not poor
+
+
+def test_an_isolated_extreme_is_named_only_when_far_beyond_the_others():
+    from sklode._estimator import isolated_extreme
+    from sklode._validation import check_experiments
+
+    t = np.arange(8.0)
+    model = LotkaVolterra()
+
+    def named(prey):
+        Y = np.c_[prey, np.linspace(1, 2, 8)]
+        return isolated_extreme(check_experiments(t, Y, model=model), model.state_names)
+
+    # beyond the others' whole range (0.9 to 2.0) by 7.1: named, at its time
+    assert "The value 9 of 'prey' at t = 3 " in named([1, 2, 1.5, 9, 1, 0.9, 1.2, 1.4])
+    # a peak rising through 6 to 9 is within the others' range (0.9 to 6) of them: not named
+    assert named([1, 2, 6, 9, 1, 0.9, 1.2, 1.4]) == ""
+    # below the others too (a sign slip of a large value)
+    assert "The value -9 of 'prey'" in named([1, 2, 1.5, -9, 1, 0.9, 1.2, 1.4])
+
+
 def test_adjoint_stuck_in_a_local_minimum_warns():
     d = make_trajectory("fitzhugh_nagumo", noise=0.5, random_state=0)
     est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init),
