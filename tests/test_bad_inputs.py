@@ -8,6 +8,7 @@ numerics, in milliseconds, so the alarm only catches a hang.
 """
 
 import datetime
+import math
 import signal
 import warnings
 from contextlib import contextmanager
@@ -94,6 +95,23 @@ class WrongDtype(WrongShape):
 class NaNField(WrongShape):
     def rhs(self, t, x, theta):
         return x * theta[0] * torch.nan
+
+
+class NumpyInside(WrongShape):
+    """np.exp on a torch tensor: a plain call works, autograd cannot go through it."""
+
+    def rhs(self, t, x, theta):
+        return x * theta[0] - theta[1] * np.exp(x)
+
+
+class MathInside(WrongShape):
+    def rhs(self, t, x, theta):
+        return x * theta[0] * math.exp(x[..., 0])  # math on a batch: not a Python scalar
+
+
+class Detached(WrongShape):
+    def rhs(self, t, x, theta):
+        return torch.as_tensor(np.asarray(x.detach()) * float(theta[0]))
 
 
 def _model_fit(Estimator, model, **kwargs):
@@ -222,6 +240,13 @@ COMMON = [
     ("model-shape", lambda E: _model_fit(E, WrongShape()), ModelError, "shape"),
     ("model-dtype", lambda E: _model_fit(E, WrongDtype()), ModelError, "dtype"),
     ("model-nan", lambda E: _model_fit(E, NaNField()), SklodeError, "finite"),
+    # numpy or math inside rhs: torch's own errors (or none, and no derivatives) before
+    ("model-numpy", lambda E: _model_fit(E, NumpyInside()), ModelError,
+     "not numpy or math functions"),
+    ("model-math", lambda E: _model_fit(E, MathInside()), ModelError,
+     "not numpy or math functions"),
+    ("model-detached", lambda E: _model_fit(E, Detached()), ModelError,
+     "depends on neither x nor theta"),
 ]
 
 

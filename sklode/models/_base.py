@@ -833,9 +833,11 @@ def check_model(model):
             out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), batch, theta)
             single = model.rhs(_time_tensor(0.5, ()), batch[1], theta)
         except Exception as exc:  # the user's code failed: say whose and where
+            hint = (f" {_TORCH_ONLY}" if "Python scalars" in str(exc) or "numpy" in str(exc)
+                    else "")
             raise ModelError(
                 f"{name}.rhs raised {type(exc).__name__}: {exc} when called with x of shape "
-                f"(3, {model.n_states}) and theta of shape ({model.n_params},)."
+                f"(3, {model.n_states}) and theta of shape ({model.n_params},).{hint}"
             ) from exc
     for label, value, shape in (("a batch", out, (3, model.n_states)),
                                 ("one point", single, (model.n_states,))):
@@ -862,4 +864,30 @@ def check_model(model):
             "same point alone: it must index states with x[..., i] and treat leading axes "
             "as independent time points."
         )
+    _check_differentiable(model, name, batch, theta)
     return model
+
+
+_TORCH_ONLY = ("Write rhs with torch operations on its tensors (torch.sin, torch.exp, "
+               "torch.where, ...), not numpy or math functions, which cut the derivatives "
+               "every method takes of it.")
+
+
+def _check_differentiable(model, name, batch, theta):
+    """Every method differentiates ``rhs`` (Jacobians, vector-Jacobian products): a field
+    computed through numpy or ``math`` passes a plain call but fails, or silently loses its
+    derivatives, under autograd."""
+    x = batch.clone().requires_grad_(True)
+    theta = theta.clone().requires_grad_(True)
+    try:
+        out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), x, theta)
+        if not out.requires_grad:
+            raise ModelError(f"{name}.rhs returns a tensor that depends on neither x nor "
+                             f"theta for autograd (it was rebuilt from numpy values or "
+                             f"detached). {_TORCH_ONLY}")
+        torch.autograd.grad(out.sum(), (x, theta), allow_unused=True)
+    except ModelError:
+        raise
+    except Exception as exc:  # the user's code failed under autograd: say what to change
+        raise ModelError(f"{name}.rhs cannot be differentiated: {type(exc).__name__}: "
+                         f"{str(exc).rstrip('.')}. {_TORCH_ONLY}") from exc
