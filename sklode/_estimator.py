@@ -34,6 +34,7 @@ from ._validation import (
     _is_experiment_list,
     as_float_array,
     bounds_with_positivity,
+    by_name,
     check_experiments,
     check_fixed,
     check_positive,
@@ -253,7 +254,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         n_experiments = getattr(self, "_n_experiments", 0)
         if x0 is not None:  # a new experiment with the fitted theta
-            x0 = as_float_array(x0, "x0", example="numbers, one per state")
+            x0 = as_float_array(by_name(x0, self.model.state_names, "x0"), "x0",
+                                example="numbers, one per state")
             if x0.shape != (self.model.n_states,) or not np.all(np.isfinite(x0)):
                 raise ValueError(
                     f"x0 of a new experiment must be {self.model.n_states} finite numbers, "
@@ -293,8 +295,9 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             Any order, repeats allowed; times before the initial time are integrated
             backwards. A list (one time vector per fitted experiment) when ``fit``
             received several experiments.
-        x0 : array-like of shape (n_states,), optional
-            The initial state of a new experiment, simulated with the fitted ``theta_``.
+        x0 : array-like of shape (n_states,) or dict, optional
+            The initial state of a new experiment, simulated with the fitted ``theta_``
+            (a dict: by state name, every one of them).
         t0 : float, optional
             Time of ``x0`` (default: the earliest of ``t``).
 

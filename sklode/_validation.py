@@ -37,6 +37,7 @@ __all__ = [
     "check_theta0",
     "check_times",
     "bounds_with_positivity",
+    "by_name",
 ]
 
 
@@ -278,6 +279,40 @@ def check_times(t, *, name="t", ensure_min_samples=1):
     return np.ascontiguousarray(arr)
 
 
+def by_name(value, names, name, *, absent=None):
+    """``value`` in the order of ``names`` when it is a dict keyed by them (or a list of such
+    dicts, one per experiment); anything else is returned as it is.
+
+    Parameters
+    ----------
+    value : object
+        ``theta0`` or ``x0`` as the user gave it.
+    names : tuple of str
+        The model's parameter or state names.
+    name : str
+        The argument's name, for messages.
+    absent : float, optional
+        The value of a name the dict leaves out (NaN: an unknown initial value); None: every
+        name must be given.
+
+    Returns
+    -------
+    object
+    """
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+        return [by_name(v, names, name, absent=absent) for v in value]
+    if not isinstance(value, dict):
+        return value
+    unknown = [k for k in value if k not in names]
+    if unknown:
+        raise ValueError(f"{name} names {unknown}, which the model does not have; its names "
+                         f"are {names}.")
+    missing = [k for k in names if k not in value]
+    if missing and absent is None:
+        raise ValueError(f"{name} gives no value for {missing}: name every one of {names}.")
+    return [value.get(k, absent) for k in names]
+
+
 def check_theta0(theta0, model):
     """``theta0`` as a float64 vector (the model's default guess when None), checked.
 
@@ -294,8 +329,8 @@ def check_theta0(theta0, model):
     """
     if theta0 is None:
         return model.theta_guess()
-    theta0 = as_float_array(theta0, "theta0", example=f"numbers, one per parameter "
-                                                      f"{model.param_names}")
+    theta0 = as_float_array(by_name(theta0, model.param_names, "theta0"), "theta0",
+                            example=f"numbers, one per parameter {model.param_names}")
     if theta0.ndim > 1:
         raise ValueError(f"theta0 must be a vector of {model.n_params} numbers, one per "
                          f"parameter {model.param_names}; got shape {theta0.shape}.")
@@ -682,7 +717,7 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     n_exp, n_states = len(checked), model.n_states
 
     x0_rows = np.full((n_exp, n_states), np.nan) if x0 is None else _per_experiment(
-        x0, n_exp, n_states, "x0")
+        by_name(x0, model.state_names, "x0", absent=np.nan), n_exp, n_states, "x0")
     if np.any(np.isinf(x0_rows)):
         raise ValueError(f"x0 must be finite (NaN marks an unknown component); got {x0}.")
     mask = _boolean_mask(estimate_x0, n_states, "estimate_x0", f"state {model.state_names}")

@@ -517,3 +517,20 @@ def test_a_dataframe_naming_the_states_is_read_in_the_order_observed_gives():
     other = AdjointODE(LotkaVolterra(), **GUESS).fit(t, pd.DataFrame(Y, columns=["hare",
                                                                                 "lynx"]))
     np.testing.assert_array_equal(other.theta_, plain.theta_)
+
+
+@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE, AdjointODE],
+                         ids=lambda c: c.__name__)
+def test_theta0_and_x0_by_name_equal_the_same_values_in_order(Estimator):
+    t = np.linspace(0, 4, 41)
+    X = simulate(LotkaVolterra(), THETA, [5, 3], t)
+    Y = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)
+    named = Estimator(LotkaVolterra(), theta0={"c": 4.5, "a": 2.5, "d": 1.5, "b": 1.5},
+                      x0={"prey": 5.0}).fit(t, Y)  # predator left out: unknown
+    ordered = Estimator(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5),
+                        x0=(5.0, np.nan)).fit(t, Y)
+    np.testing.assert_array_equal(named.theta_, ordered.theta_)  # the same fit, bit for bit
+    np.testing.assert_array_equal(named.predict(t[:5], x0={"predator": 3.0, "prey": 5.0}),
+                                  ordered.predict(t[:5], x0=[5.0, 3.0]))
+    two = Estimator(LotkaVolterra(), **GUESS, x0=[{"prey": 5.0}, {"prey": 2.0}])
+    assert two.fit([t, t], [Y, Y]).x0_.shape == (2, 2)  # a list of dicts: one each

@@ -61,16 +61,19 @@ class AdjointODE(ODEEstimator):
     ----------
     model : ODEModel
         The vector field.
-    theta0 : array-like of shape (n_params,), default=None
+    theta0 : array-like of shape (n_params,) or dict, default=None
         Initial parameter guess (None: the model's default guess). Single shooting needs a
         guess whose trajectory stays finite over the data; start from another method's fit
         on hard problems. A ``theta0`` outside ``bounds``/``positive`` raises
         ``ValueError``; the default guess is moved inside them.
-    x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
+        A dict gives the values by parameter name, every one of them.
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), or dict, default=None
         Initial state at ``t0`` (one for all experiments, or one each): the starting guess
         where estimated, the known value otherwise; NaN (or None) marks unknown components,
         which start from the first observation when that state is observed there and need a
         guess otherwise.
+        A dict gives them by state name (a list of dicts: one per experiment); a state
+        it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
         Time of ``x0``; None means each experiment's first time. Must not be after it.
     estimate_x0 : bool or array-like of bool of shape (n_states,), default=True

@@ -62,16 +62,19 @@ class BCDProxODE(ODEEstimator):
     ----------
     model : ODEModel
         The vector field.
-    theta0 : array-like of shape (n_params,), default=None
+    theta0 : array-like of shape (n_params,) or dict, default=None
         Initial parameter guess (``None``: ``model.default_theta``). Models linear in theta
         get an exact first theta-step that does not depend on it; change it for models that
         are not. A ``theta0`` outside ``bounds``/``positive`` raises ``ValueError``; the
         default guess is moved inside them.
-    x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
+        A dict gives the values by parameter name, every one of them.
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), or dict, default=None
         Initial state at the first observation time (of each experiment). Where it is known
         (``estimate_x0=False``, or False in its mask) that row of ``X*`` is held at this
         value; for a hidden state it is the guess its start is integrated from (required);
         otherwise not needed, the data start the filter (NaN: no guess).
+        A dict gives them by state name (a list of dicts: one per experiment); a state
+        it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
         Time of ``x0``; must be the first observation time (the filter lives on the data
         grid). None: the first observation time of each experiment.

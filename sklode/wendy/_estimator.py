@@ -61,14 +61,17 @@ class WENDyODE(ODEEstimator):
     model : ODEModel
         The vector field. Every state must be observed (the weak form integrates each
         equation against the data).
-    theta0 : array-like of shape (n_params,), default=None
+    theta0 : array-like of shape (n_params,) or dict, default=None
         Starting point for models not linear in theta (linear ones start from the exact OLS
         solution and ignore it). ``None``: ``model.default_theta``. A ``theta0`` outside
         ``bounds``/``positive`` raises ``ValueError``; the default guess is moved inside them.
-    x0 : array-like of shape (n_states,) or (n_experiments, n_states), default=None
+        A dict gives the values by parameter name, every one of them.
+    x0 : array-like of shape (n_states,) or (n_experiments, n_states), or dict, default=None
         Initial state at the first observation time (of each experiment): the known value
         where ``estimate_x0`` is False, otherwise the start of the shooting (NaN or None:
         start from the smoothed data). WENDy's parameter estimate does not use it.
+        A dict gives them by state name (a list of dicts: one per experiment); a state
+        it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
         Time of ``x0``; must be the first observation time. None: the first observation time
         of each experiment.
