@@ -880,12 +880,13 @@ def _check_differentiable(model, name, batch, theta):
     x = batch.clone().requires_grad_(True)
     theta = theta.clone().requires_grad_(True)
     try:
-        out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), x, theta)
-        if not out.requires_grad:
-            raise ModelError(f"{name}.rhs returns a tensor that depends on neither x nor "
-                             f"theta for autograd (it was rebuilt from numpy values or "
-                             f"detached). {_TORCH_ONLY}")
-        torch.autograd.grad(out.sum(), (x, theta), allow_unused=True)
+        with torch.enable_grad():  # also when a caller runs under torch.no_grad()
+            out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), x, theta)
+            if not out.requires_grad:
+                raise ModelError(f"{name}.rhs returns a tensor that depends on neither x "
+                                 "nor theta for autograd (it was rebuilt from numpy values "
+                                 f"or detached). {_TORCH_ONLY}")
+            torch.autograd.grad(out.sum(), (x, theta), allow_unused=True)
     except ModelError:
         raise
     except Exception as exc:  # the user's code failed under autograd: say what to change
