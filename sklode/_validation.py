@@ -584,9 +584,12 @@ def check_series(t, Y, *, n_observed, observed_names, min_samples=1, estimator_n
     elif y_ndim != 2:
         raise ValueError(f"Y{where} must be one- or two-dimensional, got shape {Y_arr.shape}.")
     if Y_arr.shape[0] != t_arr.shape[0]:
+        transposed = y_ndim == 2 and Y_arr.shape == (n_observed, t_arr.shape[0])
         raise ValueError(
             f"t and Y{where} have different numbers of samples: {t_arr.shape[0]} times and "
-            f"{Y_arr.shape[0]} rows of Y. Each row of Y is the observation at one time."
+            f"{Y_arr.shape[0]} rows of Y. Each row of Y is the observation at one time"
+            + (f": Y of shape {Y_arr.shape} looks transposed, pass Y.T." if transposed
+               else ".")
         )
     if t_arr.shape[0] < min_samples:
         raise ValueError(

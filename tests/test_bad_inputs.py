@@ -158,6 +158,8 @@ COMMON = [
      "Y has 3 column(s)"),
     ("Y-width-observed", lambda E: _fit(E, observed=["prey"]), ValueError, "Y has 2 column(s)"),
     ("Y-rows", lambda E: _fit(E, y=Y[:-1]), ValueError, "different numbers of samples"),
+    ("Y-transposed", lambda E: _fit(E, y=Y.T.copy()), ValueError,
+     "Y of shape (2, 41) looks transposed, pass Y.T"),
     ("Y-3d", lambda E: _fit(E, y=Y[:, :, None]), ValueError, "Y"),
     ("Y-strings", lambda E: _fit(E, y=Y.astype(str).astype(object) + " mg"), ValueError,
      "Y must hold numbers"),
