@@ -114,6 +114,22 @@ class Detached(WrongShape):
         return torch.as_tensor(np.asarray(x.detach()) * float(theta[0]))
 
 
+class FloatParameter(WrongShape):
+    """float(theta[0]) runs, and makes the derivative in a zero (torch warns only)."""
+
+    def rhs(self, t, x, theta):
+        return x * float(theta[0].detach()) - theta[1] * x**2
+
+
+class DetachedState(WrongShape):
+    """One state detached: the field is right, its Jacobian in 'prey' is lost."""
+
+    def rhs(self, t, x, theta):
+        prey = x[..., 0].detach()
+        return torch.stack([theta[0] * prey - theta[1] * prey * x[..., 1],
+                            theta[3] * prey * x[..., 1] - theta[2] * x[..., 1]], dim=-1)
+
+
 def _model_fit(Estimator, model, **kwargs):
     return lambda: Estimator(model, theta0=THETA0, **kwargs).fit(T, Y)
 
@@ -255,6 +271,10 @@ COMMON = [
      "not numpy or math functions"),
     ("model-detached", lambda E: _model_fit(E, Detached()), ModelError,
      "depends on neither x nor theta"),
+    ("model-float-parameter", lambda E: _model_fit(E, FloatParameter()), ModelError,
+     "changes with the parameter 'a'"),
+    ("model-detached-state", lambda E: _model_fit(E, DetachedState()), ModelError,
+     "changes with the state 'prey'"),
 ]
 
 

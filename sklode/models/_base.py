@@ -868,6 +868,8 @@ def check_model(model):
     return model
 
 
+# How many states the derivative check of check_model perturbs (each costs two rhs calls).
+_CHECKED_STATES = 20
 _TORCH_ONLY = ("Write rhs with torch operations on its tensors (torch.sin, torch.exp, "
                "torch.where, ...), not numpy or math functions, which cut the derivatives "
                "every method takes of it.")
@@ -876,19 +878,56 @@ _TORCH_ONLY = ("Write rhs with torch operations on its tensors (torch.sin, torch
 def _check_differentiable(model, name, batch, theta):
     """Every method differentiates ``rhs`` (Jacobians, vector-Jacobian products): a field
     computed through numpy or ``math`` passes a plain call but fails, or silently loses its
-    derivatives, under autograd."""
+    derivatives, under autograd. ``float(theta[0])`` even runs, with a derivative of zero
+    in that parameter: autograd is compared with central differences of the same field."""
+    t = _time_tensor([0.0, 0.5, 1.0], (3,))
     x = batch.clone().requires_grad_(True)
     theta = theta.clone().requires_grad_(True)
+    weights = _as_tensor(np.random.default_rng(1).uniform(0.5, 1.5, tuple(batch.shape)))
     try:
         with torch.enable_grad():  # also when a caller runs under torch.no_grad()
-            out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), x, theta)
+            out = model.rhs(t, x, theta)
             if not out.requires_grad:
                 raise ModelError(f"{name}.rhs returns a tensor that depends on neither x "
                                  "nor theta for autograd (it was rebuilt from numpy values "
                                  f"or detached). {_TORCH_ONLY}")
-            torch.autograd.grad(out.sum(), (x, theta), allow_unused=True)
+            grad_x, grad_theta = torch.autograd.grad((weights * out).sum(), (x, theta),
+                                                     allow_unused=True)
     except ModelError:
         raise
     except Exception as exc:  # the user's code failed under autograd: say what to change
         raise ModelError(f"{name}.rhs cannot be differentiated: {type(exc).__name__}: "
                          f"{str(exc).rstrip('.')}. {_TORCH_ONLY}") from exc
+    grad_x = torch.zeros_like(batch) if grad_x is None else grad_x
+    grad_theta = torch.zeros_like(theta) if grad_theta is None else grad_theta
+
+    def weighted(xv, thv):
+        with torch.no_grad():
+            return float((weights * model.rhs(t, xv, thv)).sum())
+
+    level = abs(weighted(batch, theta.detach()))
+    # Each parameter, and up to _CHECKED_STATES states (perturbed at all three points).
+    states = range(min(model.n_states, _CHECKED_STATES))
+    checks = [("parameter", model.param_names[k], k) for k in range(model.n_params)]
+    checks += [("state", model.state_names[j], j) for j in states]
+    for kind, label, k in checks:
+        if kind == "parameter":
+            base = theta.detach()
+            h = 1e-6 * max(1.0, abs(float(base[k])))
+            step = torch.zeros_like(base)
+            step[k] = h
+            fd = (weighted(batch, base + step) - weighted(batch, base - step)) / (2 * h)
+            ad = float(grad_theta[k])
+        else:
+            h = 1e-6 * max(1.0, float(batch[:, k].abs().max()))
+            step = torch.zeros_like(batch)
+            step[:, k] = h
+            fd = (weighted(batch + step, theta.detach()) -
+                  weighted(batch - step, theta.detach())) / (2 * h)
+            ad = float(grad_x[:, k].sum())
+        if abs(ad - fd) > 1e-3 * (abs(ad) + abs(fd)) + 1e-7 * (1.0 + level):
+            raise ModelError(
+                f"{name}.rhs changes with the {kind} {label!r} (central difference "
+                f"{fd:.4g}) but its autograd derivative in it is {ad:.4g}: a float(), "
+                f".item(), numpy or math call, or a detach, cut the derivative. "
+                f"{_TORCH_ONLY}")
