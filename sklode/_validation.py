@@ -157,8 +157,7 @@ def _dtype_kinds(value):
 
 
 def _holds_dates(value):
-    if _dtype_kinds(value) & {"M", "m"}:
-        return True
+    """Whether an object array holds dates (date dtypes are refused before conversion)."""
     try:
         items = np.asarray(value, dtype=object).ravel()
     except (TypeError, ValueError):

@@ -882,16 +882,16 @@ def _check_differentiable(model, name, batch, theta):
     in that parameter: autograd is compared with central differences of the same field."""
     t = _time_tensor([0.0, 0.5, 1.0], (3,))
     x = batch.clone().requires_grad_(True)
-    theta = theta.clone().requires_grad_(True)
+    th = theta.clone().requires_grad_(True)
     weights = _as_tensor(np.random.default_rng(1).uniform(0.5, 1.5, tuple(batch.shape)))
     try:
         with torch.enable_grad():  # also when a caller runs under torch.no_grad()
-            out = model.rhs(t, x, theta)
+            out = model.rhs(t, x, th)
             if not out.requires_grad:
                 raise ModelError(f"{name}.rhs returns a tensor that depends on neither x "
                                  "nor theta for autograd (it was rebuilt from numpy values "
                                  f"or detached). {_TORCH_ONLY}")
-            grad_x, grad_theta = torch.autograd.grad((weights * out).sum(), (x, theta),
+            grad_x, grad_theta = torch.autograd.grad((weights * out).sum(), (x, th),
                                                      allow_unused=True)
     except ModelError:
         raise
@@ -905,26 +905,23 @@ def _check_differentiable(model, name, batch, theta):
         with torch.no_grad():
             return float((weights * model.rhs(t, xv, thv)).sum())
 
-    level = abs(weighted(batch, theta.detach()))
-    # Each parameter, and up to _CHECKED_STATES states (perturbed at all three points).
-    states = range(min(model.n_states, _CHECKED_STATES))
-    checks = [("parameter", model.param_names[k], k) for k in range(model.n_params)]
-    checks += [("state", model.state_names[j], j) for j in states]
-    for kind, label, k in checks:
-        if kind == "parameter":
-            base = theta.detach()
-            h = 1e-6 * max(1.0, abs(float(base[k])))
-            step = torch.zeros_like(base)
-            step[k] = h
-            fd = (weighted(batch, base + step) - weighted(batch, base - step)) / (2 * h)
-            ad = float(grad_theta[k])
-        else:
-            h = 1e-6 * max(1.0, float(batch[:, k].abs().max()))
-            step = torch.zeros_like(batch)
-            step[:, k] = h
-            fd = (weighted(batch + step, theta.detach()) -
-                  weighted(batch - step, theta.detach())) / (2 * h)
-            ad = float(grad_x[:, k].sum())
+    level = abs(weighted(batch, theta))
+    # Directions of size h: each parameter, and each of up to _CHECKED_STATES states moved at
+    # all three points; autograd's derivative along each against the central difference.
+    directions = []
+    for k, label in enumerate(model.param_names):
+        step = torch.zeros_like(theta)
+        step[k] = 1e-6 * max(1.0, abs(float(theta[k])))
+        directions.append(("parameter", label, torch.zeros_like(batch), step))
+    for k in range(min(model.n_states, _CHECKED_STATES)):
+        step = torch.zeros_like(batch)
+        step[:, k] = 1e-6 * max(1.0, float(batch[:, k].abs().max()))
+        directions.append(("state", model.state_names[k], step, torch.zeros_like(theta)))
+    for kind, label, dx, dtheta in directions:
+        h = float(dx.abs().max() + dtheta.abs().max())
+        fd = (weighted(batch + dx, theta + dtheta) - weighted(batch - dx, theta - dtheta)) / (
+            2 * h)
+        ad = float((grad_x * dx).sum() + (grad_theta * dtheta).sum()) / h
         if abs(ad - fd) > 1e-3 * (abs(ad) + abs(fd)) + 1e-7 * (1.0 + level):
             raise ModelError(
                 f"{name}.rhs changes with the {kind} {label!r} (central difference "
