@@ -327,15 +327,14 @@ def _read_table(path, time_column, mapping, model, observed):
     time_index = header.index(time_column)
     dates = _days_since_first([row[time_index] for row in body],
                               f"{path} column {time_column!r}")
-    used = [header.index(c) for c in columns]  # other columns may be text
+    numeric = columns if dates is not None else [time_column, *columns]
+    used = [header.index(c) for c in numeric]  # other columns may be text
     values = np.array([[_number(row[j], f"{path} row {k + 2}, column {header[j]!r}")
                         for j in used] for k, row in enumerate(body)],
                       dtype=np.float64).reshape(len(body), len(used))
     if dates is not None:
         return dates[0], values, list(observed), columns, dates[1]
-    t = np.array([_number(row[time_index], f"{path} row {k + 2}, column {time_column!r}")
-                  for k, row in enumerate(body)], dtype=np.float64)
-    return t, values, list(observed), columns, None
+    return values[:, 0], values[:, 1:], list(observed), columns, None
 
 
 def _estimator_for(args, model, observed):
