@@ -598,7 +598,7 @@ def misfit_ratios(model, theta, data, x0s, options):
     ndarray of shape (n_observed,) or None
         None when no experiment has enough complete rows to estimate its noise.
     """
-    from .wendy._noise import MIN_SAMPLES, estimate_noise
+    from ._noise import MIN_SAMPLES, estimate_noise
 
     columns = list(data.observed)
     residual2 = np.zeros(len(columns))

@@ -100,7 +100,7 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
     Parameters
     ----------
     objective : LeastSquaresObjective or ExperimentsObjective
-        The output-error cost (:mod:`sklode.adjoint._objective`), weighted by the noise
+        The output-error cost (:mod:`sklode._objective`), weighted by the noise
         model's standard deviations.
     u : ndarray
         The fit, in the objective's optimiser variables.
@@ -329,7 +329,7 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
     -------
     FitUncertainty
     """
-    from .adjoint._objective import objective_for_experiments
+    from ._objective import objective_for_experiments
 
     objective, u = objective_for_experiments(
         model, data.with_initial_states(x0s), theta0=np.asarray(theta, np.float64),

@@ -10,8 +10,8 @@
 """
 
 from ._estimator import AdjointODE
-from ._objective import NOISE_KINDS, LeastSquaresObjective, build_objective
-from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
+from .._objective import NOISE_KINDS, LeastSquaresObjective, build_objective
+from .._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
 from ._solver import OPTIMIZERS, AdjointResult, adjoint_solve
 
 __all__ = ["NOISE_KINDS", "OPTIMIZERS", "AdjointODE", "AdjointResult", "LeastSquaresObjective",

@@ -29,7 +29,7 @@ from ..exceptions import (
     SklodeError,
     warn,
 )
-from ._objective import NOISE_KINDS, objective_for_experiments
+from .._objective import NOISE_KINDS, objective_for_experiments
 from ._profile import profile_interval
 from ._solver import OPTIMIZERS, adjoint_solve
 

@@ -9,7 +9,7 @@
 
 from ._estimator import WENDyODE
 from ._irls import WENDyResult, wendy_solve
-from ._noise import estimate_noise
+from .._noise import estimate_noise
 from ._testfunctions import select_min_radius, test_function_matrices
 
 __all__ = ["WENDyODE", "WENDyResult", "estimate_noise", "select_min_radius",

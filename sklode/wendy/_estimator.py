@@ -31,7 +31,7 @@ from .._initial_state import (
 from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
 from ._irls import wendy_solve
-from ._noise import MIN_SAMPLES
+from .._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
 
 __all__ = ["WENDyODE"]

@@ -38,7 +38,7 @@ from ._covariance import (
     score_bias,
     whiten,
 )
-from ._noise import estimate_noise
+from .._noise import estimate_noise
 from ._smoothing import decorrelated_states
 from ._testfunctions import MAX_TEST_FUNCTIONS, select_min_radius, test_function_matrices
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._noise import is_uniform
+
 __all__ = ["ETA", "MAX_TEST_FUNCTIONS", "is_uniform", "trapezoid_weights", "bump_rows",
            "product_rows", "test_function_matrices",
            "select_min_radius", "corner"]
@@ -88,12 +90,6 @@ def bump_rows(t, centres, radius, eta=ETA):
     shape = (centres.size, t.size)
     return (sp.csr_matrix((val / norms[rows], (rows, cols)), shape=shape),
             sp.csr_matrix((dval / norms[rows], (rows, cols)), shape=shape))
-
-
-def is_uniform(t):
-    """Whether the grid steps are equal to 1e-9 relative."""
-    h = np.diff(t)
-    return bool(np.allclose(h, h[0], rtol=1e-9))
 
 
 # Gauss-Legendre nodes per grid interval for the product integrals on non-uniform grids.

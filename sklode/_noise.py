@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._testfunctions import is_uniform
-
-__all__ = ["MIN_SAMPLES", "estimate_noise"]
+__all__ = ["MIN_SAMPLES", "estimate_noise", "is_uniform"]
 
 # Noise filter: the 6th-derivative finite-difference stencil on 15 points, unit 2-norm
 # (seed 001). It annihilates polynomials up to degree 14 on the stencil's own nodes, so on a
@@ -16,6 +14,12 @@ _NOISE_DERIVATIVE = 6
 
 #: The fewest samples WENDy accepts: one full noise stencil and one more.
 MIN_SAMPLES = _NOISE_STENCIL + 1
+
+
+def is_uniform(t):
+    """Whether the grid steps are equal to 1e-9 relative."""
+    h = np.diff(t)
+    return bool(np.allclose(h, h[0], rtol=1e-9))
 
 
 def _fd_weights(nodes, derivative):

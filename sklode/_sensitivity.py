@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..integrate import solve
+from .integrate import solve
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 

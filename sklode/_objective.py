@@ -19,16 +19,16 @@ import logging
 
 import numpy as np
 
-from .._initial_state import start_from_data
-from .._validation import (
+from ._initial_state import start_from_data
+from ._validation import (
     NOISE_KINDS,
     check_experiments,
     check_fixed,
     check_positive,
     check_theta0,
 )
-from ..exceptions import IntegrationError
-from ..models import check_model
+from .exceptions import IntegrationError
+from .models import check_model
 from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
 
 __all__ = ["NOISE_KINDS", "ExperimentsObjective", "LeastSquaresObjective", "build_objective",
