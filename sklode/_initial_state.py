@@ -59,14 +59,16 @@ def start_from_data(experiment, observed, model, estimator_name):
     """
     x0 = experiment.x0.copy()
     unknown = np.isnan(x0)
-    for column, state in enumerate(observed):
+    reads_states = not model.has_observation_model
+    for column, state in enumerate(observed if reads_states else ()):
         if unknown[state] and experiment.mask[0, column]:
             x0[state] = experiment.Y[0, column]
     if np.any(np.isnan(x0)):
         missing = [model.state_names[i] for i in np.flatnonzero(np.isnan(x0))]
+        why = ("not observed at the first time" if reads_states else
+               "the data are observables, not states")
         raise ValueError(f"The data give no starting value for the initial state of "
-                         f"{missing} (not observed at the first time): pass a guess in x0 "
-                         f"to {estimator_name}.")
+                         f"{missing} ({why}): pass a guess in x0 to {estimator_name}.")
     return x0
 
 

@@ -26,7 +26,9 @@ from ._validation import (
     check_fixed,
     check_positive,
     check_theta0,
+    condition_map,
 )
+from ._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
 from .exceptions import IntegrationError
 from .models import check_model
 from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
@@ -204,14 +206,24 @@ class LeastSquaresObjective(_Objective):
         Relative tolerance of the forward solves.
     atol : float
         Absolute tolerance of the forward solves.
+    observation : Observation, optional
+        The observation and noise model (:class:`sklode._likelihood.Observation`): the data
+        rows are its residual rows (observables, modelled noise, log or Laplace errors)
+        instead of ``(x_observed - Y) / sigma``.
+    doses : sequence of (float, int, float), optional
+        Boluses ``(time, state, amount)`` of this experiment.
+    theta_map : (ndarray, ndarray), optional
+        ``(A, c)``: this experiment's parameters are ``A @ theta + c`` (its conditions).
     """
 
     def __init__(self, model, t0, t, Y, sigma, observed, x0, theta, *, free, prior,
-                 invariant, positive, integrator, rtol, atol, fitted=None):
+                 invariant, positive, integrator, rtol, atol, fitted=None, observation=None,
+                 doses=None, theta_map=None):
         self.model, self.t0, self.t = model, t0, t
         self.mask = np.isfinite(Y)  # observed entries
         self.Y = np.where(self.mask, Y, 0.0)
-        self.sigma = np.where(self.mask, sigma, 1.0)
+        self.sigma = np.where(self.mask, sigma, 1.0) if sigma is not None else None
+        self.observation, self.doses, self.theta_map = observation, doses, theta_map
         self.observed = list(observed)
         self.x0_fixed = np.array(x0, dtype=np.float64)
         self.theta_fixed = np.array(theta, dtype=np.float64)
@@ -258,24 +270,45 @@ class LeastSquaresObjective(_Objective):
         theta[self.fitted] = z[self.n_x0:]
         return x0, theta
 
+    def experiment_theta(self, theta):
+        """This experiment's parameters (its conditions applied to the shared ``theta``).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        ndarray of shape (n_params,)
+        """
+        if self.theta_map is None:
+            return theta
+        A, c = self.theta_map
+        return A @ theta + c
+
     # ------------------------------------------------------------------ residual
     def _evaluate(self, u):
         key = u.tobytes()
         if key != self._cache_key:
             x0, theta = self.split(self.to_z(u))
+            theta = self.experiment_theta(theta)
             self.n_forward += 1
             traj = forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
-                                      max_evaluations=self.max_evaluations)
-            data = np.where(self.mask, (traj.states[:, self.observed] - self.Y) / self.sigma,
-                            0.0)
+                                      max_evaluations=self.max_evaluations, doses=self.doses)
+            if self.observation is None:
+                data = np.where(self.mask,
+                                (traj.states[:, self.observed] - self.Y) / self.sigma, 0.0)
+            else:
+                data = self.observation.residual(traj.states, theta)
             r = np.concatenate([data.ravel(), self.extra_terms(x0)[0]])
             self._cache_key, self._cache = key, (traj, data, r, x0, theta)
         return self._cache
 
     @property
     def n_data_rows(self):
-        """Number of data rows at the top of the residual (missing entries count, as zeros)."""
-        return self.Y.size
+        """Number of data rows at the top of the residual (missing entries count, as zeros;
+        a modelled noise adds one row per entry)."""
+        return self.Y.size if self.observation is None else self.observation.n_rows
 
     def evaluations_at(self, u):
         """Field evaluations the forward solve at ``u`` needed.
@@ -354,7 +387,7 @@ class LeastSquaresObjective(_Objective):
             return self.residual(u)
         except IntegrationError as exc:
             logger.debug("trial point rejected: %s", exc)
-            return np.full(self.Y.size + self.extra_terms(self.x0_fixed)[0].size, np.nan)
+            return np.full(self.n_data_rows + self.extra_terms(self.x0_fixed)[0].size, np.nan)
 
     def jacobian_z(self, u):
         """Jacobian of the residual in the unknowns, from forward sensitivities.
@@ -372,16 +405,31 @@ class LeastSquaresObjective(_Objective):
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
         S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0)
-        if self.n_x0 < self.n_states or not self.fitted.all():
-            # keep the free x0 columns and the fitted parameters'
-            x0_columns = np.flatnonzero(self.free) if self.n_x0 else np.zeros(0, dtype=int)
-            offset = self.n_states if self.n_x0 else 0
-            S = S[..., np.concatenate([x0_columns, offset + np.flatnonzero(self.fitted)])]
-        J_data = S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
+        S = self._unknown_columns(S)
+        if self.observation is None:
+            J_data = (S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
+                      ).reshape(-1, S.shape[-1])
+        else:  # chain rule through the observation rows: dR/dx S + dR/dtheta
+            J_x, J_theta = self.observation.jacobians(traj.states, theta)
+            J_data = np.einsum("rd,rdq->rq", J_x, S[self.observation.row_times()])
+            J_data[:, self.n_x0:] += self._unknown_columns(J_theta, x0_part=False)
         J_extra = self.extra_terms(x0)[1]  # no rows unless x0 is estimated
         block = np.zeros((J_extra.shape[0], S.shape[-1]))
         block[:, : self.n_x0] = J_extra
-        return np.vstack([J_data.reshape(-1, S.shape[-1]), block])
+        return np.vstack([J_data, block])
+
+    def _unknown_columns(self, D, x0_part=True):
+        """Derivatives in ``[x0 (all states, when estimated) | this experiment's theta]``
+        (last axis) as derivatives in the unknowns ``[x0[free] | theta[fitted]]``: the
+        conditions' map applied, the held columns dropped."""
+        offset = self.n_states if (x0_part and self.n_x0) else 0
+        D_theta = D[..., offset:]
+        if self.theta_map is not None:
+            D_theta = D_theta @ self.theta_map[0]
+        D_theta = D_theta[..., self.fitted]
+        if not offset:
+            return D_theta
+        return np.concatenate([D[..., :offset][..., self.free], D_theta], axis=-1)
 
     def value_and_grad(self, u, method="adjoint"):
         """The cost and its gradient in the optimiser variables.
@@ -404,9 +452,16 @@ class LeastSquaresObjective(_Objective):
         if method == "forward":
             return 0.5 * float(r @ r), self.jacobian(u).T @ r
         self.n_derivative += 1
-        jumps = np.zeros((self.t.size, self.n_states))
-        jumps[:, self.observed] = data / self.sigma
+        if self.observation is None:
+            jumps = np.zeros((self.t.size, self.n_states))
+            jumps[:, self.observed] = data / self.sigma
+            direct = 0.0
+        else:  # the rows' gradient in the states at the observation times, and in theta
+            _, jumps, direct = self.observation.gradient(traj.states, theta)
         g_x0, g_theta = adjoint_gradient(self.model, theta, traj, jumps)
+        g_theta = g_theta + direct
+        if self.theta_map is not None:
+            g_theta = self.theta_map[0].T @ g_theta
         r_extra, J_extra = self.extra_terms(x0)
         g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)
@@ -439,7 +494,7 @@ class ExperimentsObjective(_Objective):
         self.log_mask = np.concatenate([p.log_mask[: p.n_x0] for p in self.parts]
                                        + [first.log_mask[first.n_x0:]])
         self.n_data = sum(p.n_data for p in self.parts)
-        self.n_data_rows = sum(p.Y.size for p in self.parts)
+        self.n_data_rows = sum(p.n_data_rows for p in self.parts)
 
     @property
     def max_evaluations(self):
@@ -500,8 +555,8 @@ class ExperimentsObjective(_Objective):
 
     def _stack_rows(self, pieces):
         """Data rows of every experiment first, then their x0 terms."""
-        data = [piece[: p.Y.size] for p, piece in zip(self.parts, pieces)]
-        extra = [piece[p.Y.size:] for p, piece in zip(self.parts, pieces)]
+        data = [piece[: p.n_data_rows] for p, piece in zip(self.parts, pieces)]
+        extra = [piece[p.n_data_rows:] for p, piece in zip(self.parts, pieces)]
         return np.concatenate(data + extra)
 
     def residual(self, u):
@@ -564,8 +619,8 @@ class ExperimentsObjective(_Objective):
             ``dr/dz``, rows ordered as in :meth:`residual`.
         """
         blocks = [p.jacobian_z(self._part_u(u, k)) for k, p in enumerate(self.parts)]
-        data = self._place([b[: p.Y.size] for p, b in zip(self.parts, blocks)])
-        extra = self._place([b[p.Y.size:] for p, b in zip(self.parts, blocks)])
+        data = self._place([b[: p.n_data_rows] for p, b in zip(self.parts, blocks)])
+        extra = self._place([b[p.n_data_rows:] for p, b in zip(self.parts, blocks)])
         return np.vstack([data, extra])
 
     def value_and_grad(self, u, method="adjoint"):
@@ -611,22 +666,42 @@ def observation_sigma(Y, sigma, noise_kind):
     ndarray of shape (n_times, n_observed)
         The standard deviation of each entry of ``Y``.
     """
-    value = np.asarray(sigma, dtype=np.float64)
-    try:
-        value = np.broadcast_to(value if value.ndim != 1 or value.size == 1
-                                else value[None, :], Y.shape)
-    except ValueError:
-        raise ValueError(f"sigma of shape {np.shape(sigma)} does not match Y of shape "
-                         f"{Y.shape}: give one value, one per observed state, or one per "
-                         "observation.") from None
-    if not np.all(np.isfinite(value)) or np.any(value <= 0):
-        raise ValueError(f"sigma must be positive and finite; got {sigma!r}.")
-    if noise_kind == "absolute":
-        return value.copy()
-    if noise_kind == "relative_rms":
-        return value * np.sqrt(np.nanmean(Y**2, axis=0, keepdims=True))
-    floor = 1e-6 * np.nanmax(np.abs(Y), axis=0, keepdims=True)
-    return value * np.maximum(np.abs(Y), np.where(floor > 0, floor, 1.0))
+    return known_sigma(Y, sigma, (noise_kind,) * Y.shape[1])
+
+
+def uses_observation_layer(model, noise_kind):
+    """Whether the cost needs the general observation layer: observables, a modelled noise,
+    per-observable kinds, or a log or Laplace error (otherwise the plain weighted residuals
+    of the observed states, the seed's cost)."""
+    return (model.has_observation_model or model.has_noise_model
+            or isinstance(noise_kind, dict)
+            or DISTRIBUTIONS.get(noise_kind, "normal") != "normal")
+
+
+def observation_for(model, experiment, observed, sigma, noise_kind):
+    """The :class:`~sklode._likelihood.Observation` of one experiment, or None when the plain
+    weighted residuals suffice (:func:`uses_observation_layer`).
+
+    Parameters
+    ----------
+    model : ODEModel
+    experiment : Experiment
+    observed : tuple of int
+        The observables the data's columns hold.
+    sigma : float or array-like
+        Known noise levels (unused when the model has ``noise_sd``).
+    noise_kind : str or dict
+
+    Returns
+    -------
+    Observation or None
+    """
+    if not uses_observation_layer(model, noise_kind):
+        return None
+    names = [model.observables[i] for i in observed]
+    kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
+    known = None if model.has_noise_model else known_sigma(experiment.Y, sigma, kinds)
+    return Observation(model, observed, experiment.t, experiment.Y, kinds, known)
 
 
 def _prior_and_invariant(n, x0_prior, x0_prior_sigma, invariant, invariant_weight):
@@ -678,12 +753,17 @@ integrator, rtol, atol
     x0 = start_from_data(experiment, observed, model, estimator_name)
     prior, penalty = _prior_and_invariant(model.n_states, x0_prior, x0_prior_sigma, invariant,
                                           invariant_weight)
+    sigma = sigma if experiment.sigma is None else experiment.sigma
+    observation = observation_for(model, experiment, observed, sigma, noise_kind)
     objective = LeastSquaresObjective(
         model, experiment.t0, experiment.t, experiment.Y,
-        observation_sigma(experiment.Y, sigma, noise_kind), observed, x0, theta0,
+        None if observation is not None else observation_sigma(experiment.Y, sigma,
+                                                                noise_kind),
+        observed, x0, theta0,
         free=experiment.estimate_x0, prior=prior, invariant=penalty,
         positive=check_positive(positive, model.n_params), integrator=integrator, rtol=rtol,
-        atol=atol, fitted=fitted)
+        atol=atol, fitted=fitted, observation=observation, doses=experiment.doses or None,
+        theta_map=condition_map(experiment.conditions, model))
     return objective, objective.to_u(np.concatenate([x0[objective.free],
                                                      theta0[objective.fitted]]))
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .integrate import solve
+from .integrate import add_doses, dose_segments, solve
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -77,8 +77,24 @@ class Trajectory:
         self.n_evaluations = n_evaluations
 
 
+class _PiecewiseDense:
+    """Dense output of a solve in segments between doses: each time is read from the segment
+    whose interval ``(start, end]`` holds it (the collocation nodes are strictly inside)."""
+
+    def __init__(self, ends, pieces):
+        self.ends, self.pieces = np.asarray(ends), pieces
+
+    def __call__(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        which = np.minimum(np.searchsorted(self.ends, t, side="left"), len(self.pieces) - 1)
+        out = np.empty((self.pieces[0](t[:1]).shape[0], t.size))
+        for k in np.unique(which):
+            out[:, which == k] = self.pieces[k](t[which == k])
+        return out
+
+
 def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
-                       max_evaluations=None):
+                       max_evaluations=None, doses=None):
     """Solve from ``(t0, x0)`` to the last of the increasing times ``t_obs`` (all ``>= t0``)
     and keep what the derivative passes need.
 
@@ -102,6 +118,10 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         Absolute tolerance.
     max_evaluations : int, optional
         Give up (``IntegrationError``) after this many field evaluations.
+    doses : sequence of (float, int, float), optional
+        Boluses ``(time, state, amount)``: the solve runs in segments between them; the
+        sensitivities and the adjoint are continuous across a bolus of known size, so the
+        derivative passes need only the dose times on the grid.
 
     Returns
     -------
@@ -120,6 +140,9 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
+    if doses:
+        return _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, integrator=integrator,
+                                      rtol=rtol, atol=atol, max_evaluations=max_evaluations)
     sol = solve(model, theta, x0, (t0, t_end), t_eval=t_obs[t_obs > t0], integrator=integrator,
                 rtol=rtol, atol=atol, dense_output=True, max_evaluations=max_evaluations)
     states = np.empty((t_obs.size, x0.size))
@@ -129,6 +152,32 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
     grid = grid[grid >= t0]
     obs_index = np.searchsorted(grid, t_obs)
     return Trajectory(grid, obs_index, states, sol.sol, x0, n_evaluations=sol.nfev)
+
+
+def _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, **options):
+    """:func:`forward_trajectory` in segments between the doses (an observation at a dose's
+    time sees the state before it)."""
+    t_end = float(t_obs[-1])
+    at_start, later = dose_segments(doses, t0, t_end)
+    x, start = add_doses(x0, at_start), t0
+    states = np.empty((t_obs.size, x0.size))
+    states[t_obs <= t0] = x0
+    ends, pieces, steps, n_evaluations = [], [], [np.array([t0])], 0
+    for end, amounts in later + [(t_end, None)]:
+        inside = (t_obs > start) & (t_obs <= end)
+        t_eval = np.union1d(t_obs[inside], [end])
+        sol = solve(model, theta, x, (start, end), t_eval=t_eval, dense_output=True, **options)
+        states[inside] = sol.y.T[np.searchsorted(t_eval, t_obs[inside])]
+        ends.append(end)
+        pieces.append(sol.sol)
+        steps.append(sol.sol.ts)
+        n_evaluations += sol.nfev
+        x, start = add_doses(sol.y[:, -1], amounts), end
+    grid = np.union1d(np.concatenate(steps), t_obs)
+    grid = grid[grid >= t0]
+    return Trajectory(grid, np.searchsorted(grid, t_obs), states,
+                      _PiecewiseDense(ends, pieces), np.asarray(x0, dtype=np.float64),
+                      n_evaluations=n_evaluations)
 
 
 # ----------------------------------------------------------------------------- stage algebra

@@ -36,6 +36,7 @@ __all__ = [
     "check_observed",
     "check_theta0",
     "check_times",
+    "condition_map",
     "bounds_with_positivity",
     "by_name",
 ]
@@ -66,6 +67,15 @@ class Experiment:
         The initial state: the known value or a guess; NaN where nothing is known.
     estimate_x0 : ndarray of bool, shape (n_states,)
         Which components of ``x0`` the method estimates (the others are known and held).
+    sigma : ndarray of shape (n_times, n_observed) or None
+        This experiment's own known noise levels (NaN where ``Y`` is missing), read by
+        ``noise_kind``; None: the estimator's ``sigma``.
+    doses : tuple of (float, int, float)
+        Boluses ``(time, state index, amount)``, sorted by time.
+    conditions : dict
+        Parameter overrides ``{parameter: value or the name of another parameter}``.
+    name : str or None
+        A label for messages and outputs.
     """
 
     t: np.ndarray
@@ -74,6 +84,10 @@ class Experiment:
     t0: float
     x0: np.ndarray
     estimate_x0: np.ndarray
+    sigma: np.ndarray | None = None
+    doses: tuple = ()
+    conditions: dict | None = None
+    name: str | None = None
 
     @property
     def complete(self):
@@ -343,7 +357,8 @@ def check_theta0(theta0, model):
 
 
 def check_observed(observed, model):
-    """Indices of the states ``Y``'s columns hold, from indices or state names.
+    """Indices of the observables (the states, without ``observe``) ``Y``'s columns hold,
+    from indices or names.
 
     Parameters
     ----------
@@ -355,7 +370,8 @@ def check_observed(observed, model):
     -------
     tuple of int
     """
-    n = model.n_states
+    names, n = model.observables, model.n_observables
+    what = "observable" if model.has_observation_model else "state"
     if observed is None:
         return tuple(range(n))
     items = [observed] if isinstance(observed, (str, int, np.integer)) else list(
@@ -363,15 +379,15 @@ def check_observed(observed, model):
     indices = []
     for item in items:
         if isinstance(item, str):
-            if item not in model.state_names:
-                raise ValueError(f"observed names the state {item!r}, which {model!r} does "
-                                 f"not have; its states are {model.state_names}.")
-            indices.append(model.state_names.index(item))
+            if item not in names:
+                raise ValueError(f"observed names the {what} {item!r}, which {model!r} does "
+                                 f"not have; its {what}s are {names}.")
+            indices.append(names.index(item))
         elif isinstance(item, (int, np.integer)) and 0 <= int(item) < n:
             indices.append(int(item))
         else:
-            raise ValueError(f"observed must list state indices in 0..{n - 1} or state "
-                             f"names {model.state_names} of {model!r}; got {observed!r}.")
+            raise ValueError(f"observed must list {what} indices in 0..{n - 1} or {what} "
+                             f"names {names} of {model!r}; got {observed!r}.")
     if not indices or len(set(indices)) != len(indices):
         raise ValueError(f"observed must list distinct states of {model!r}, at least one; "
                          f"got {observed!r}.")
@@ -516,6 +532,34 @@ def bounds_with_positivity(bounds, positive, model):
     return lo, hi
 
 
+def condition_map(conditions, model):
+    """``(A, c)`` with an experiment's parameters ``A @ theta + c`` under ``conditions``, or
+    None when there are none.
+
+    Parameters
+    ----------
+    conditions : dict or None
+        ``{parameter: number or the name of another parameter}``.
+    model : ODEModel
+
+    Returns
+    -------
+    (ndarray of shape (n_params, n_params), ndarray of shape (n_params,)) or None
+    """
+    if not conditions:
+        return None
+    names = list(model.param_names)
+    A, c = np.eye(len(names)), np.zeros(len(names))
+    for name, value in conditions.items():
+        i = names.index(name)
+        A[i, i] = 0.0
+        if isinstance(value, str):
+            A[i, names.index(value)] = 1.0
+        else:
+            c[i] = float(value)
+    return A, c
+
+
 def _is_experiment_list(t):
     """A list or tuple whose items are themselves sequences: several experiments."""
     return isinstance(t, (list, tuple)) and len(t) > 0 and all(
@@ -643,7 +687,111 @@ def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimato
             f"least twice ({repeated.size} repeat(s) in all). Average or remove repeated "
             "measurements before fitting."
         )
-    return t_sorted, Y_sorted, np.isfinite(Y_sorted), y_ndim
+    return t_sorted, Y_sorted, np.isfinite(Y_sorted), (y_ndim, order)
+
+
+_FIRST_DOSE_OR_TIME = object()  # t0 of Experiment objects whose t0 and the estimator's are None
+
+
+def _experiment_objects(t, Y):
+    """``t`` as an :class:`sklode.Experiment` or a list of them, or None for arrays."""
+    from .experiment import Experiment as Given
+
+    if isinstance(t, Given):
+        items, single = [t], True
+    elif isinstance(t, (list, tuple)) and t and any(isinstance(e, Given) for e in t):
+        if not all(isinstance(e, Given) for e in t):
+            raise TypeError("A list of experiments must hold only sklode.Experiment objects "
+                            "(or only time vectors, with a list of Y).")
+        items, single = list(t), False
+    else:
+        return None
+    if Y is not None:
+        raise ValueError("fit received Experiment objects, which carry their own Y: pass "
+                         "fit(experiments) without Y.")
+    return items[0] if single else items
+
+
+def _experiment_settings(given, model, x0, t0):
+    """Per-experiment ``x0`` and ``t0`` rows: each Experiment's own, else the estimator's."""
+    items = given if isinstance(given, list) else [given]
+    n, d = len(items), model.n_states
+    if x0 is None:
+        rows = np.full((n, d), np.nan)
+    else:
+        rows = _per_experiment(by_name(x0, model.state_names, "x0", absent=np.nan), n, d, "x0")
+    for k, e in enumerate(items):
+        if e.x0 is not None:
+            own = as_float_array(by_name(e.x0, model.state_names, "x0", absent=np.nan), "x0",
+                                 example="numbers, one per state (NaN: unknown)").reshape(-1)
+            if own.size != d:
+                raise ValueError(f"Experiment {e.name or k}: x0 needs {d} values, one per "
+                                 f"state {model.state_names}; got {own.size}.")
+            rows[k] = own
+    if all(e.t0 is None for e in items):
+        times = t0
+        if t0 is None:
+            times = _FIRST_DOSE_OR_TIME
+    else:
+        base = (np.full(n, np.nan) if t0 is None else np.broadcast_to(
+            as_float_array(t0, "t0", example="times").reshape(-1), (n,)).astype(float))
+        times = [float(e.t0) if e.t0 is not None else base[k] for k, e in enumerate(items)]
+        if np.any(np.isnan(times)):
+            # an experiment without its own t0, and no estimator t0: its first time or dose
+            firsts = [min([float(np.min(np.reshape(e.t, -1)))]
+                          + [float(dd[0]) for dd in (e.doses or ())]) for e in items]
+            times = [f if np.isnan(v) else v for v, f in zip(times, firsts)]
+    return rows, times
+
+
+def _experiment_extras(given, model, Y, order, t0, where):
+    """The validated per-experiment fields of an :class:`sklode.Experiment`: sigma (in the
+    sorted order), doses with state indices, conditions, name."""
+    extra = {"name": given.name}
+    if given.sigma is not None:
+        sigma = as_float_array(given.sigma, "sigma", example="positive numbers")
+        if sigma.ndim == 2:
+            if sigma.shape != Y.shape:
+                raise ValueError(f"sigma{where} has shape {sigma.shape} but Y has {Y.shape}.")
+            sigma = sigma[order]
+        extra["sigma"] = np.broadcast_to(sigma if sigma.ndim != 1 or sigma.size == 1
+                                         else sigma[None, :], Y.shape).copy()
+    if given.doses:
+        doses = []
+        for dose in given.doses:
+            if len(dose) != 3:
+                raise ValueError(f"Each dose{where} is (time, state, amount); got {dose!r}.")
+            time, state, amount = dose
+            if isinstance(state, str):
+                if state not in model.state_names:
+                    raise ValueError(f"A dose{where} names the state {state!r}, which is not "
+                                     f"one of {model.state_names}.")
+                state = model.state_names.index(state)
+            elif not (isinstance(state, (int, np.integer)) and 0 <= state < model.n_states):
+                raise ValueError(f"A dose{where} names state {state!r}: use a state name or "
+                                 f"an index below {model.n_states}.")
+            time, amount = float(time), float(amount)
+            if not (np.isfinite(time) and np.isfinite(amount)):
+                raise ValueError(f"A dose{where} has a non-finite time or amount: {dose!r}.")
+            doses.append((time, int(state), amount))
+        extra["doses"] = tuple(sorted(doses))
+    if given.conditions:
+        for key, value in given.conditions.items():
+            if key not in model.param_names:
+                raise ValueError(f"conditions{where} set {key!r}, which is not a parameter of "
+                                 f"the model {model.param_names}.")
+            if isinstance(value, str):
+                if value not in model.param_names:
+                    raise ValueError(
+                        f"conditions{where} read {key!r} from {value!r}, which is not a "
+                        f"parameter of the model {model.param_names}: declare it in "
+                        "param_names (it is then fitted for the experiments that use it).")
+            elif not np.isfinite(as_float_array(value, f"conditions[{key!r}]",
+                                                example="a number or a parameter name")).all():
+                raise ValueError(f"conditions{where} set {key!r} to {value!r}: give a finite "
+                                 "number or a parameter name.")
+        extra["conditions"] = dict(given.conditions)
+    return extra
 
 
 def _per_experiment(value, n_experiments, width, name):
@@ -702,7 +850,12 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     ExperimentData
     """
     observed = check_observed(observed, model)
-    names = tuple(model.state_names[i] for i in observed)
+    names = tuple(model.observables[i] for i in observed)
+    given = _experiment_objects(t, Y)
+    if given is not None:
+        t = [e.t for e in given] if isinstance(given, list) else given.t
+        Y = [e.Y for e in given] if isinstance(given, list) else given.Y
+        x0, t0 = _experiment_settings(given, model, x0, t0)
     several = _is_experiment_list(t)
     if several:
         if not isinstance(Y, (list, tuple)) or len(Y) != len(t):
@@ -728,8 +881,12 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         missing = [model.state_names[i] for i in np.flatnonzero(known_but_missing)]
         raise ValueError(f"estimate_x0 says the initial values of {missing} are known, but "
                          f"x0 does not give them (x0={x0!r}): pass x0, or estimate them.")
-    if t0 is None:
+    if t0 is None or (given is not None and t0 is _FIRST_DOSE_OR_TIME):
         t0_values = [float(ti[0]) for ti, *_ in checked]
+        if given is not None:  # a dose before the first sample: integrate from the dose
+            for k, e in enumerate(given if isinstance(given, list) else [given]):
+                times = [float(d[0]) for d in (e.doses or ())]
+                t0_values[k] = min([t0_values[k]] + times)
         _warn_if_initial_time_is_ambiguous(model, mask, t0_values)
     else:
         t0_arr = as_float_array(t0, "t0", example="times, one or one per experiment"
@@ -740,16 +897,20 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
             raise ValueError(f"t0 must be one finite time or one per experiment "
                              f"({n_exp}); got {t0!r}.")
         t0_values = [float(v) for v in t0_arr]
+    objects = (given if isinstance(given, list) else [given]) if given is not None else None
     experiments = []
-    for k, ((ti, Yi, mi, _), t0k) in enumerate(zip(checked, t0_values)):
-        if t0k > ti[0]:
-            where = f" of experiment {k}" if several else ""
-            raise ValueError(f"t0={t0k:g} is after the first observation time{where} "
-                             f"{ti[0]:g}; x0 must be the state at or before the data: pass "
-                             f"a t0 <= {ti[0]:g}, or leave t0=None (the first observation "
+    for k, ((ti, Yi, mi, order), t0k) in enumerate(zip(checked, t0_values)):
+        where = f" of experiment {k}" if several else ""
+        extra = ({} if objects is None else
+                 _experiment_extras(objects[k], model, Yi, order, t0k, where))
+        first = min([ti[0]] + [d[0] for d in extra.get("doses", ())])
+        if t0k > first:
+            raise ValueError(f"t0={t0k:g} is after the first observation (or dose) time{where} "
+                             f"{first:g}; x0 must be the state at or before the data: pass "
+                             f"a t0 <= {first:g}, or leave t0=None (the first observation "
                              "time).")
         experiments.append(Experiment(t=ti, Y=Yi, mask=mi, t0=t0k, x0=x0_rows[k],
-                                      estimate_x0=mask.copy()))
+                                      estimate_x0=mask.copy(), **extra))
     return ExperimentData(experiments=tuple(experiments), observed=observed, n_states=n_states,
-                          several=several, y_ndim=checked[0][3],
+                          several=several, y_ndim=checked[0][3][0],
                           feature_names=None if several else _feature_names(t))

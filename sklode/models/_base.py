@@ -125,6 +125,14 @@ class ODEModel:
     state_names: tuple = ()
     param_names: tuple = ()
     default_theta: tuple | None = None
+    #: Names of what the instrument reads (the columns of ``Y``); None: the states themselves.
+    #: A model that declares them defines :meth:`observe`.
+    observable_names: tuple | None = None
+    #: Optional ``noise_sd(t, y, theta)``: the standard deviation of every observation, in
+    #: torch operations, with ``y`` the predicted observables ``(..., n_observables)``;
+    #: None: the estimator's ``sigma`` and ``noise_kind`` give it. Its parameters are
+    #: ordinary entries of ``param_names``, fitted by maximum likelihood with the others.
+    noise_sd = None
 
     def rhs(self, t, x, theta):  # pragma: no cover - abstract
         """The vector field, in torch operations: define it in every model.
@@ -146,6 +154,71 @@ class ODEModel:
         raise NotImplementedError(
             f"{type(self).__name__} must define rhs(self, t, x, theta) with torch operations."
         )
+
+    def observe(self, t, x, theta):
+        """What the instrument reads, in torch operations (define it with
+        ``observable_names``): scaled, offset or combined states, a concentration.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time, broadcastable against ``x[..., 0]``.
+        x : torch.Tensor of shape (..., n_states)
+            States; each leading index is an independent point.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters (scales, offsets and volumes are ordinary entries).
+
+        Returns
+        -------
+        torch.Tensor of shape (..., n_observables)
+            The observables at every point; the default returns the states themselves.
+        """
+        return x
+
+    @property
+    def observables(self):
+        """Names of the observables: ``observable_names``, or the states without
+        :meth:`observe`."""
+        return self.state_names if self.observable_names is None else tuple(
+            self.observable_names)
+
+    @property
+    def n_observables(self):
+        """Number of observables."""
+        return len(self.observables)
+
+    @property
+    def has_observation_model(self):
+        """Whether the model reads its data through :meth:`observe` (not the states)."""
+        return self.observable_names is not None
+
+    @property
+    def has_noise_model(self):
+        """Whether the model gives the noise of its observations (:attr:`noise_sd`)."""
+        return self.noise_sd is not None
+
+    def observe_values(self, t, x, theta):
+        """:meth:`observe` on numpy input.
+
+        Parameters
+        ----------
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
+        x : array-like of shape (..., n_states)
+            States.
+        theta : array-like of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        ndarray of shape (..., n_observables)
+            The observables (the states themselves without an observation model).
+        """
+        x = _as_tensor(x)
+        if not self.has_observation_model:
+            return x.numpy().copy()
+        with torch.inference_mode():
+            return self.observe(_time_tensor(t, x.shape[:-1]), x, _as_tensor(theta)).numpy()
 
     # ------------------------------------------------------------------ identity
     @classmethod
@@ -865,7 +938,55 @@ def check_model(model):
             "as independent time points."
         )
     _check_differentiable(model, name, batch, theta)
+    _check_observation_model(model, name, batch, theta)
     return model
+
+
+def _check_observation_model(model, name, batch, theta):
+    """``observe`` and ``noise_sd``: names, shapes and batching, as for ``rhs``."""
+    names = model.observable_names
+    if names is not None:
+        if (not isinstance(names, tuple) or not names
+                or not all(isinstance(s, str) for s in names) or len(set(names)) != len(names)):
+            raise ModelError(f"{name}.observable_names must be a non-empty tuple of distinct "
+                             f"str, got {names!r}.")
+        if type(model).observe is ODEModel.observe:
+            raise ModelError(f"{name} declares observable_names={names!r} but no observe(t, x, "
+                             "theta): define observe to say how the states are read.")
+    elif type(model).observe is not ODEModel.observe:
+        raise ModelError(f"{name} defines observe(t, x, theta) but no observable_names: "
+                         "declare observable_names, one name per column observe returns.")
+    if model.noise_sd is not None and not callable(model.noise_sd):
+        raise ModelError(f"{name}.noise_sd must be a method noise_sd(self, t, y, theta), got "
+                         f"{type(model.noise_sd).__name__}.")
+    n_obs = model.n_observables
+    checks = [("observe", lambda t, x: model.observe(t, x, theta))] if names else []
+    if model.noise_sd is not None:
+        checks.append(("noise_sd", lambda t, x: model.noise_sd(
+            t, model.observe(t, x, theta) if names else x, theta)))
+    for method, call in checks:
+        with torch.no_grad():
+            try:
+                out = call(_time_tensor([0.0, 0.5, 1.0], (3,)), batch)
+                single = call(_time_tensor(0.5, ()), batch[1])
+            except Exception as exc:
+                raise ModelError(f"{name}.{method} raised {type(exc).__name__}: {exc} when "
+                                 f"called on a batch of 3 states.") from exc
+        for label, value, shape in (("a batch", out, (3, n_obs)),
+                                    ("one point", single, (n_obs,))):
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+                got = (tuple(value.shape) if isinstance(value, torch.Tensor)
+                       else type(value).__name__)
+                raise ModelError(
+                    f"{name}.{method} returned {got} for {label}; expected a float64 tensor of "
+                    f"shape {shape}, one value per observable {model.observables!r} (use "
+                    "x[..., i:i+1] slices and torch.stack or torch.cat on the last axis).")
+        if out.dtype != _DTYPE:
+            raise ModelError(f"{name}.{method} returned dtype {out.dtype}; expected "
+                             "torch.float64.")
+        if not torch.allclose(out[1], single, rtol=1e-12, atol=1e-12, equal_nan=True):
+            raise ModelError(f"{name}.{method} gives a different result for a point inside a "
+                             "batch than alone: treat leading axes as independent points.")
 
 
 # How many states the derivative check of check_model perturbs (each costs two rhs calls).

@@ -1,0 +1,453 @@
+"""The observation model, the noise model and the likelihood: one layer under all three methods.
+
+What every fit shares once its states are known at the observation times: the observables
+``h = observe(t, x, theta)`` (or the observed states), the standard deviation of every
+observation (known, read from ``sigma`` and ``noise_kind``, or the model's
+``noise_sd(t, h, theta)`` with its own parameters), the distribution (normal, Laplace, normal
+on the natural or decimal log scale) and the negative log-likelihood with every constant, as
+PEtab defines it::
+
+    normal       1/2 log(2 pi s^2) + 1/2 ((y - h) / s)^2
+    lognormal    1/2 log(2 pi s^2) + log y + 1/2 ((log y - log h) / s)^2
+    log10normal  1/2 log(2 pi s^2) + log(y ln 10) + 1/2 ((log10 y - log10 h) / s)^2
+    laplace      log(2 s) + |y - h| / s
+
+AdjointODE minimises it as a sum of squares ``1/2 ||R||^2`` (equal to ``-log L`` up to a
+constant), so that Gauss-Newton, the forward sensitivities and the adjoint all apply: the data
+rows ``R = (h - y) / s`` (on the log scale for the log kinds, ``sign(e) sqrt(2 |e| / s)`` for
+Laplace) and, where the noise depends on the unknowns, one row ``sqrt(2 log s + C)`` per
+observation (pyPESTO's and AMICI's device; ``C`` is fixed by the data alone, so costs of
+different fits of the same data compare). Derivatives in the states and the parameters come
+from torch, row by row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .exceptions import IntegrationError
+
+__all__ = ["NOISE_KINDS", "DISTRIBUTIONS", "Observation", "distribution_of", "kinds_by_column",
+           "known_sigma", "neg_log_likelihood_terms", "information_criteria"]
+
+#: How a noise level is read, everywhere in sklode: a standard deviation in data units, a
+#: fraction of the RMS of each state, a fraction of each value (all three normal), the
+#: standard deviation of the natural or decimal log of positive data (``y = h exp(s eps)``),
+#: or the scale ``b`` of a Laplace error (standard deviation ``sqrt(2) b``).
+NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal", "log10normal",
+               "laplace")
+#: The distribution of the error each kind stands for.
+DISTRIBUTIONS = {"absolute": "normal", "relative_rms": "normal", "proportional": "normal",
+                 "lognormal": "lognormal", "log10normal": "log10normal", "laplace": "laplace"}
+_LOG = {"lognormal": 1.0, "log10normal": np.log(10.0)}  # log base: log_b y = ln y / ln b
+_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
+# Laplace rows sign(e) sqrt(2 |e| / s) have an infinite slope at e = 0; below this fraction of
+# s they are e / sqrt(floor * s^2 / 2) instead: the cost changes by < 1e-8 per observation.
+_LAPLACE_FLOOR = 1e-8
+# Noise rows sqrt(2 log s + C): C lets s fall this far below the data's typical size before
+# the row is undefined (the trial point is then rejected).
+_NOISE_RANGE = 1e8
+
+
+def distribution_of(kind):
+    """The error distribution of a noise kind (``"normal"``, ``"lognormal"``, ...).
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`NOISE_KINDS`.
+
+    Returns
+    -------
+    str
+    """
+    return DISTRIBUTIONS[kind]
+
+
+def kinds_by_column(noise_kind, names, *, has_noise_model=False):
+    """One noise kind per data column.
+
+    Parameters
+    ----------
+    noise_kind : str or dict
+        One kind for all, or a dict by observable name (absent names: ``"absolute"``).
+    names : sequence of str
+        The names of the data's columns.
+    has_noise_model : bool, default=False
+        The model gives ``noise_sd``: the kinds then choose the distribution only, and the
+        data-relative kinds (``"relative_rms"``, ``"proportional"``) are refused.
+
+    Returns
+    -------
+    tuple of str
+    """
+    if isinstance(noise_kind, dict):
+        unknown = [k for k in noise_kind if k not in names]
+        if unknown:
+            raise ValueError(f"noise_kind names {unknown}, which are not among the data's "
+                             f"columns {list(names)}: key it by observable name.")
+        kinds = tuple(noise_kind.get(name, "absolute") for name in names)
+    else:
+        kinds = (noise_kind,) * len(names)
+    for kind in kinds:
+        if kind not in DISTRIBUTIONS:
+            raise ValueError(f"noise_kind {kind!r} is not one of {NOISE_KINDS}.")
+        if has_noise_model and kind in ("relative_rms", "proportional"):
+            raise ValueError(
+                f"noise_kind={kind!r} reads sigma relative to the data, but the model gives "
+                "the noise itself (noise_sd): write the proportional part into noise_sd "
+                "(e.g. theta_b * y) and use 'absolute', 'laplace', 'lognormal' or "
+                "'log10normal' to choose the distribution.")
+    return kinds
+
+
+def known_sigma(Y, sigma, kinds):
+    """The standard deviation (or Laplace scale) of every entry of ``Y``, from ``sigma``.
+
+    Parameters
+    ----------
+    Y : ndarray of shape (n_times, n_columns)
+        Observations, NaN where missing.
+    sigma : float or array-like
+        One value, one per column, or one per observation (which may be NaN where ``Y`` is).
+    kinds : tuple of str
+        One noise kind per column (:func:`kinds_by_column`).
+
+    Returns
+    -------
+    ndarray of shape (n_times, n_columns)
+        NaN where ``Y`` is missing.
+    """
+    value = np.asarray(sigma, dtype=np.float64)
+    try:
+        value = np.broadcast_to(value if value.ndim != 1 or value.size == 1
+                                else value[None, :], Y.shape)
+    except ValueError:
+        raise ValueError(f"sigma of shape {np.shape(sigma)} does not match Y of shape "
+                         f"{Y.shape}: give one value, one per observed column, or one per "
+                         "observation.") from None
+    present = np.isfinite(Y)
+    bad = present & ~(np.isfinite(value) & (value > 0))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(f"sigma must be positive and finite wherever Y is observed (NaN is "
+                         f"allowed only where Y is NaN); got {value[i, j]!r} at row {i}, "
+                         f"column {j}.")
+    out = np.where(present, value, np.nan)
+    for j, kind in enumerate(kinds):
+        column = Y[:, j]
+        if kind == "relative_rms":
+            out[:, j] *= np.sqrt(np.nanmean(column**2))
+        elif kind == "proportional":
+            # floored at 1e-6 of the column's largest value: a zero keeps a finite weight
+            floor = 1e-6 * np.nanmax(np.abs(column))
+            out[:, j] *= np.maximum(np.abs(column), floor if floor > 0 else 1.0)
+    return out
+
+
+def neg_log_likelihood_terms(Y, H, S, kinds):
+    """``-log L`` of every observation (PEtab's convention, all constants), NaN where ``Y``
+    is missing.
+
+    Parameters
+    ----------
+    Y : ndarray of shape (n_times, n_columns)
+        Observations, NaN where missing.
+    H : ndarray of shape (n_times, n_columns)
+        Predicted observables (linear scale).
+    S : ndarray of shape (n_times, n_columns)
+        Standard deviations (on the scale of each kind; Laplace: the scale ``b``).
+    kinds : tuple of str
+        One noise kind per column.
+
+    Returns
+    -------
+    ndarray of shape (n_times, n_columns)
+    """
+    out = np.full(Y.shape, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j, kind in enumerate(kinds):
+            y, h, s = Y[:, j], H[:, j], S[:, j]
+            dist = DISTRIBUTIONS[kind]
+            if dist == "normal":
+                term = np.log(s) + _HALF_LOG_2PI + 0.5 * ((y - h) / s) ** 2
+            elif dist == "laplace":
+                term = np.log(2.0 * s) + np.abs(y - h) / s
+            else:
+                base = _LOG[dist]
+                e = (np.log(y) - np.log(h)) / base
+                term = np.log(s) + _HALF_LOG_2PI + np.log(y * base) + 0.5 * (e / s) ** 2
+            out[:, j] = np.where(np.isfinite(y), term, np.nan)
+    return out
+
+
+def information_criteria(neg_log_likelihood, n_parameters, n_observations):
+    """``(aic, bic)`` from ``-log L``, the number of estimated quantities and of observations.
+
+    Parameters
+    ----------
+    neg_log_likelihood : float
+    n_parameters : int
+    n_observations : int
+
+    Returns
+    -------
+    aic, bic : float
+    """
+    aic = 2.0 * neg_log_likelihood + 2.0 * n_parameters
+    bic = 2.0 * neg_log_likelihood + np.log(max(n_observations, 1)) * n_parameters
+    return float(aic), float(bic)
+
+
+class Observation:
+    """One experiment's observation and noise model: from the states at its observation
+    times to its likelihood, its residual rows and their derivatives.
+
+    Parameters
+    ----------
+    model : ODEModel
+        Reads the data through ``observe`` (or its states) and ``noise_sd`` when it has them.
+    columns : tuple of int
+        Which observables (the model's ``observables``) the data's columns hold.
+    t : ndarray of shape (n_times,)
+        Observation times.
+    Y : ndarray of shape (n_times, n_columns)
+        Observations, NaN where missing; positive where a log kind reads them.
+    kinds : tuple of str
+        One noise kind per column.
+    sigma : ndarray of shape (n_times, n_columns) or None
+        Known standard deviations (:func:`known_sigma`); None when the model's ``noise_sd``
+        gives them.
+    """
+
+    def __init__(self, model, columns, t, Y, kinds, sigma):
+        self.model, self.columns, self.kinds = model, tuple(columns), tuple(kinds)
+        self.t = np.asarray(t, dtype=np.float64)
+        self.Y = np.asarray(Y, dtype=np.float64)
+        self.mask = np.isfinite(self.Y)
+        self.modelled_noise = model.has_noise_model
+        if not self.modelled_noise and sigma is None:
+            raise ValueError("The observation needs sigma when the model has no noise_sd.")
+        for j, kind in enumerate(self.kinds):
+            values = self.Y[self.mask[:, j], j]
+            if DISTRIBUTIONS[kind] in _LOG and np.any(values <= 0):
+                raise ValueError(
+                    f"noise_kind={kind!r} reads column {j} on the log scale, but it holds "
+                    f"{np.sum(values <= 0)} non-positive value(s) (smallest {values.min():g}); "
+                    "set them to NaN (below the detection limit) or use a linear kind.")
+        self.n_times, self.n_columns = self.Y.shape
+        self._y = torch.from_numpy(np.where(self.mask, self.Y, 1.0))
+        self._mask = torch.from_numpy(self.mask.astype(np.float64))
+        self._sigma = None if sigma is None else torch.from_numpy(
+            np.where(self.mask, sigma, 1.0).astype(np.float64))
+        self._t = torch.from_numpy(self.t.copy())
+        dist = [DISTRIBUTIONS[k] for k in self.kinds]
+        self._log_base = torch.tensor([_LOG.get(d, 0.0) for d in dist], dtype=torch.float64)
+        self._is_log = torch.tensor([d in _LOG for d in dist])
+        self._is_laplace = torch.tensor([d == "laplace" for d in dist])
+        # C of the noise rows: from the data alone (see the module docstring)
+        typical = np.ones(self.n_columns)
+        for j, d in enumerate(dist):
+            values = np.abs(self.Y[self.mask[:, j], j])
+            values = values[values > 0]
+            if d not in _LOG and values.size:
+                typical[j] = np.median(values)
+        self._offset = torch.from_numpy(2.0 * np.log(_NOISE_RANGE / typical))
+
+    @property
+    def n_rows(self):
+        """Rows of the residual: the data rows, then one noise row per entry when the noise
+        depends on the unknowns."""
+        return self.Y.size * (2 if self.modelled_noise else 1)
+
+    @property
+    def n_values(self):
+        """Observed entries."""
+        return int(self.mask.sum())
+
+    # ------------------------------------------------------------------ torch rows
+    def _observables(self, t, x, theta):
+        if not self.model.has_observation_model:
+            return x
+        return self.model.observe(t, x, theta)
+
+    def _rows(self, t, x, theta, y, sigma, mask):
+        """Residual rows of one time (or a batch): ``(n_columns,)`` data rows, then noise
+        rows when modelled."""
+        everything = self._observables(t, x, theta)
+        h = everything[..., list(self.columns)]
+        if self.modelled_noise:
+            s = self.model.noise_sd(t, everything, theta)[..., list(self.columns)]
+        else:
+            s = sigma
+        safe_h = torch.where(self._is_log, torch.clamp(h, min=1e-300), h)
+        log_h = torch.log(safe_h) / torch.where(self._is_log, self._log_base, 1.0)
+        log_y = torch.log(y) / torch.where(self._is_log, self._log_base, 1.0)
+        e = torch.where(self._is_log, log_h - log_y, h - y)
+        floor = _LAPLACE_FLOOR * s
+        laplace = e * torch.rsqrt(torch.clamp(torch.abs(e), min=floor) * s / 2.0)
+        r = torch.where(self._is_laplace, laplace, e / s) * mask
+        if not self.modelled_noise:
+            return r
+        noise = torch.sqrt(torch.clamp(2.0 * torch.log(s) + self._offset, min=0.0)) * mask
+        return torch.cat([r, noise], dim=-1)
+
+    def _check_domain(self, t, X, theta):
+        """Predicted observables that a log kind cannot read, or a noise level that is not
+        positive, make the point infeasible (trial points there are rejected)."""
+        with torch.no_grad():
+            everything = self._observables(t, X, theta)
+            h = everything[..., list(self.columns)]
+            observed = self._mask > 0
+            if bool(torch.any((h <= 0) & self._is_log & observed)):
+                raise IntegrationError(
+                    "A predicted observable read on the log scale is not positive "
+                    f"(smallest {float(h[self._is_log.expand_as(h) & observed].min()):.3g}): "
+                    "the log-normal likelihood is undefined there.")
+            if self.modelled_noise:
+                s = self.model.noise_sd(t, everything, theta)[..., list(self.columns)]
+                bad = observed & ~(s > 0)
+                if bool(torch.any(bad)) or bool(torch.any(
+                        observed & (2.0 * torch.log(s) + self._offset < 0))):
+                    raise IntegrationError(
+                        "The model's noise_sd is not positive (or vanishingly small) at some "
+                        "observation: its parameters have left the range where the "
+                        "likelihood is defined. Bound them (bounds=, positive=).")
+
+    def _inputs(self, X, theta):
+        X = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
+        theta = torch.from_numpy(np.asarray(theta, dtype=np.float64).copy())
+        self._check_domain(self._t, X, theta)
+        return X, theta
+
+    def _flat(self, rows):
+        """``(n_times, k)`` rows into the residual's order: data rows by time, then noise."""
+        m = self.n_columns
+        if not self.modelled_noise:
+            return rows.reshape(-1)
+        return np.concatenate([rows[:, :m].reshape(-1), rows[:, m:].reshape(-1)])
+
+    # ------------------------------------------------------------------ numpy interface
+    def residual(self, X, theta):
+        """The residual rows at the states ``X`` (at the observation times).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_times, n_states)
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        ndarray of shape (n_rows,)
+            Zero for missing entries.
+        """
+        X, theta = self._inputs(X, theta)
+        with torch.no_grad():
+            rows = self._rows(self._t, X, theta, self._y, self._sigma_or_ones(), self._mask)
+        return self._flat(rows.numpy())
+
+    def _sigma_or_ones(self):
+        return self._sigma if self._sigma is not None else torch.ones_like(self._y)
+
+    def jacobians(self, X, theta):
+        """Derivatives of the residual rows in each time's state and in theta.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_times, n_states)
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        J_x : ndarray of shape (n_rows, n_states)
+            Row ``i`` depends only on the state at its own time (:meth:`row_times`).
+        J_theta : ndarray of shape (n_rows, n_params)
+        """
+        X, theta = self._inputs(X, theta)
+        jac = torch.func.vmap(torch.func.jacfwd(self._rows, argnums=(1, 2)),
+                              in_dims=(0, 0, None, 0, 0, 0))
+        J_x, J_theta = jac(self._t, X, theta, self._y, self._sigma_or_ones(), self._mask)
+        return (self._flat_jacobian(J_x.numpy()), self._flat_jacobian(J_theta.numpy()))
+
+    def _flat_jacobian(self, J):
+        m = self.n_columns
+        if not self.modelled_noise:
+            return J.reshape(-1, J.shape[-1])
+        return np.concatenate([J[:, :m].reshape(-1, J.shape[-1]),
+                               J[:, m:].reshape(-1, J.shape[-1])])
+
+    def row_times(self):
+        """The time index of every residual row.
+
+        Returns
+        -------
+        ndarray of int of shape (n_rows,)
+        """
+        per = np.repeat(np.arange(self.n_times), self.n_columns)
+        return np.concatenate([per, per]) if self.modelled_noise else per
+
+    def gradient(self, X, theta):
+        """``1/2 ||R||^2`` and its gradient in the states at the observation times and in theta
+        (one reverse pass).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_times, n_states)
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        value : float
+        grad_x : ndarray of shape (n_times, n_states)
+        grad_theta : ndarray of shape (n_params,)
+        """
+        X, theta = self._inputs(X, theta)
+        X.requires_grad_(True)
+        theta.requires_grad_(True)
+        with torch.enable_grad():
+            rows = self._rows(self._t, X, theta, self._y, self._sigma_or_ones(), self._mask)
+            value = 0.5 * torch.sum(rows**2)
+            gx, gtheta = torch.autograd.grad(value, (X, theta), allow_unused=True)
+        gtheta = torch.zeros_like(theta) if gtheta is None else gtheta
+        return float(value), gx.numpy(), gtheta.detach().numpy()
+
+    def predicted(self, X, theta):
+        """Predicted observables of the data's columns and their standard deviations.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_times, n_states)
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        H : ndarray of shape (n_times, n_columns)
+        S : ndarray of shape (n_times, n_columns)
+        """
+        X = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
+        theta = torch.from_numpy(np.asarray(theta, dtype=np.float64).copy())
+        with torch.no_grad():
+            everything = self._observables(self._t, X, theta)
+            H = everything[..., list(self.columns)]
+            S = (self.model.noise_sd(self._t, everything, theta)[..., list(self.columns)]
+                 if self.modelled_noise else self._sigma_or_ones())
+        S = np.where(self.mask, S.numpy(), np.nan)
+        return H.numpy(), S
+
+    def neg_log_likelihood(self, X, theta):
+        """``-log L`` of this experiment's observed entries (PEtab's convention).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_times, n_states)
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        float
+            inf where the likelihood is undefined (a log kind's prediction not positive).
+        """
+        H, S = self.predicted(X, theta)
+        terms = neg_log_likelihood_terms(self.Y, H, S, self.kinds)[self.mask]
+        return float(np.sum(terms)) if np.all(np.isfinite(terms)) else np.inf

@@ -1,0 +1,216 @@
+"""Experiments as data: what is per experiment travels with its observations.
+
+An :class:`Experiment` holds one experiment's times and observations with what is particular
+to it: its initial state and time, its known noise levels, the doses given during it and the
+parameter values its conditions set. ``fit([Experiment, ...])`` takes a list of them on every
+estimator; :func:`experiments_from_table` builds them from a long (tidy) or wide table and a
+NONMEM-style dose table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Experiment", "experiments_from_table"]
+
+
+class Experiment:
+    """One experiment: times, observations, and what is particular to it.
+
+    Parameters
+    ----------
+    t : array-like of shape (n_samples,)
+        Observation times (any order).
+    Y : array-like of shape (n_samples, n_observed) or (n_samples,)
+        Observations of the observed observables (the model's ``observable_names``, or its
+        states), NaN where missing.
+    x0 : array-like of shape (n_states,) or dict, optional
+        This experiment's initial state (a guess where estimated, the value where known;
+        NaN: unknown); overrides the estimator's ``x0``.
+    t0 : float, optional
+        Time of ``x0`` (at or before the first observation and the first dose); overrides
+        the estimator's ``t0``.
+    sigma : float or array-like, optional
+        Known noise levels of these observations (one, one per column, or one per entry,
+        NaN allowed where ``Y`` is NaN), read by the estimator's ``noise_kind``.
+    doses : sequence of (float, str or int, float), optional
+        Boluses ``(time, state, amount)`` added to that state at that time. An observation
+        at a dose's time sees the state just before the dose.
+    conditions : dict, optional
+        ``{parameter: number}`` sets a parameter for this experiment only (a known
+        stimulus, a body weight); ``{parameter: "other"}`` reads it from another parameter
+        of ``param_names``, then fitted (PEtab's condition table).
+    name : str, optional
+        A label (a subject, a plate well) for messages and outputs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklode import Experiment
+    >>> exp = Experiment([0.5, 1.0, 2.0], [[1.0], [1.5], [1.2]], doses=[(0.0, "gut", 100.0)],
+    ...                  conditions={"V": 30.0}, name="subject 1")
+    >>> exp
+    Experiment(name='subject 1', n_samples=3, doses=1, conditions=['V'])
+    """
+
+    def __init__(self, t, Y, *, x0=None, t0=None, sigma=None, doses=None, conditions=None,
+                 name=None):
+        self.t = t
+        self.Y = Y
+        self.x0 = x0
+        self.t0 = t0
+        self.sigma = sigma
+        self.doses = doses
+        self.conditions = conditions
+        self.name = name
+
+    def __repr__(self):
+        parts = [f"name={self.name!r}"] if self.name is not None else []
+        parts.append(f"n_samples={len(np.reshape(self.t, -1))}")
+        if self.doses:
+            parts.append(f"doses={len(self.doses)}")
+        if self.conditions:
+            parts.append(f"conditions={sorted(self.conditions)}")
+        return f"Experiment({', '.join(parts)})"
+
+    def __len__(self):
+        return len(np.reshape(self.t, -1))
+
+
+def _columns(table):
+    """A DataFrame or a dict of arrays as ``{name: ndarray}``."""
+    if hasattr(table, "to_dict") and hasattr(table, "columns"):
+        return {str(c): np.asarray(table[c]) for c in table.columns}
+    if isinstance(table, dict):
+        lengths = {len(np.reshape(v, -1)) for v in table.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"The table's columns have different lengths {sorted(lengths)}.")
+        return {str(k): np.asarray(v).reshape(-1) for k, v in table.items()}
+    raise TypeError(f"A table must be a pandas DataFrame or a dict of columns, got "
+                    f"{type(table).__name__}.")
+
+
+def _require(columns, names, what):
+    missing = [n for n in names if n not in columns]
+    if missing:
+        raise ValueError(f"The {what} has no column {missing[0]!r}; its columns are "
+                         f"{list(columns)}.")
+
+
+def experiments_from_table(table, *, time="time", experiment=None, values=None,
+                           observable=None, value="value", doses=None, dose_state="state",
+                           dose_amount="amount", dose_time=None, **settings):
+    """Build a list of :class:`Experiment` from a long (tidy) or wide table.
+
+    Long: one row per observation, a column naming the observable (``observable=``) and one
+    holding the value (``value=``); wide: one column per observable (``values=``). Rows
+    are grouped by the ``experiment`` column (a subject, a well) in order of first
+    appearance; times repeated within an experiment (several observables on one row of a
+    long table) become one row of ``Y``.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame or dict of array-like
+        The observations.
+    time : str, default="time"
+        The time column.
+    experiment : str, optional
+        The column that names the experiment of each row; None: one experiment.
+    values : sequence of str, optional
+        The observables, in ``Y``'s column order: in a wide table, the columns that hold
+        them; in a long table, which names of the ``observable`` column to keep (default:
+        all, in order of first appearance).
+    observable : str, optional
+        In a long table, the column naming each row's observable.
+    value : str, default="value"
+        In a long table, the column holding the values.
+    doses : pandas.DataFrame or dict, optional
+        A dose table in the NONMEM style: the ``experiment`` column (when there is one),
+        the time (``dose_time``, default the same name as ``time``), the state dosed
+        (``dose_state``: a name or an index, the compartment) and the amount
+        (``dose_amount``).
+    dose_state, dose_amount : str
+        The dose table's columns.
+    dose_time : str, optional
+        The dose table's time column (default: ``time``).
+    **settings
+        ``x0``, ``t0``, ``sigma``, ``conditions``: one value for every experiment, or a dict
+        keyed by experiment name.
+
+    Returns
+    -------
+    list of Experiment
+        One per experiment, named by its value in the ``experiment`` column.
+
+    Examples
+    --------
+    >>> from sklode import experiments_from_table
+    >>> long = {"id": [1, 1, 1, 2, 2], "time": [0.5, 1.0, 2.0, 0.5, 1.0],
+    ...         "obs": ["C", "C", "C", "C", "C"], "value": [3.1, 4.0, 2.2, 2.5, 3.9]}
+    >>> dose = {"id": [1, 2], "time": [0.0, 0.0], "state": ["gut", "gut"],
+    ...         "amount": [100.0, 80.0]}
+    >>> exps = experiments_from_table(long, time="time", experiment="id", observable="obs",
+    ...                               doses=dose)
+    >>> [(e.name, len(e), e.doses) for e in exps]
+    [(1, 3, [(0.0, 'gut', 100.0)]), (2, 2, [(0.0, 'gut', 80.0)])]
+    """
+    columns = _columns(table)
+    _require(columns, [time] + ([experiment] if experiment else []), "table")
+    n_rows = len(columns[time])
+    groups = columns[experiment] if experiment else np.zeros(n_rows, dtype=int)
+    names = list(dict.fromkeys(groups.tolist()))
+    if observable is not None:  # long
+        _require(columns, [observable, value], "table")
+        labels = columns[observable].astype(str)
+        kept = list(values) if values is not None else list(dict.fromkeys(labels.tolist()))
+        unknown = [v for v in kept if v not in set(labels.tolist())]
+        if unknown:
+            raise ValueError(f"values names {unknown}, which the column {observable!r} never "
+                             f"holds (it holds {sorted(set(labels.tolist()))}).")
+    else:  # wide
+        if values is None:
+            raise ValueError("A wide table needs values=, the columns holding the observables "
+                             "(or pass observable= and value= for a long table).")
+        kept = list(values)
+        _require(columns, kept, "table")
+    dose_rows = {}
+    if doses is not None:
+        dcols = _columns(doses)
+        dtime = dose_time or time
+        _require(dcols, [dtime, dose_state, dose_amount] + ([experiment] if experiment else []),
+                 "dose table")
+        dgroups = dcols[experiment] if experiment else np.zeros(len(dcols[dtime]), dtype=int)
+        unknown = [g for g in dict.fromkeys(dgroups.tolist()) if g not in names]
+        if unknown:
+            raise ValueError(f"The dose table names experiment(s) {unknown} that have no "
+                             "observations in the table.")
+        for g, tt, st, am in zip(dgroups.tolist(), dcols[dtime], dcols[dose_state],
+                                 dcols[dose_amount]):
+            state = st.item() if hasattr(st, "item") else st
+            dose_rows.setdefault(g, []).append((float(tt), state, float(am)))
+    out = []
+    for name in names:
+        rows = groups == name
+        t_rows = np.asarray(columns[time][rows], dtype=np.float64)
+        times = np.unique(t_rows)
+        Y = np.full((times.size, len(kept)), np.nan)
+        where = np.searchsorted(times, t_rows)
+        if observable is not None:
+            labels_k = labels[rows]
+            v = np.asarray(columns[value][rows], dtype=np.float64)
+            for j, obs in enumerate(kept):
+                sel = labels_k == obs
+                if np.unique(where[sel]).size != sel.sum():
+                    raise ValueError(f"Experiment {name!r} has two values of {obs!r} at one "
+                                     "time: average or remove repeated measurements.")
+                Y[where[sel], j] = v[sel]
+        else:
+            if np.unique(where).size != where.size:
+                raise ValueError(f"Experiment {name!r} has two rows at one time in a wide "
+                                 "table: average or remove repeated measurements.")
+            for j, col in enumerate(kept):
+                Y[where, j] = np.asarray(columns[col][rows], dtype=np.float64)
+        per = {k: v[name] if isinstance(v, dict) and name in v else v
+               for k, v in settings.items()}
+        out.append(Experiment(times, Y, doses=dose_rows.get(name), name=name, **per))
+    return out
