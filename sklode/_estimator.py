@@ -28,9 +28,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._initial_state import SHOOT_RTOL, shoot_initial_state
+from ._likelihood import NOISE_KINDS, data_neg_log_likelihood, information_criteria
 from ._uncertainty import warn_unidentifiable
 from ._validation import (
-    NOISE_KINDS,
     _is_experiment_list,
     as_float_array,
     bounds_with_positivity,
@@ -42,6 +42,7 @@ from ._validation import (
     check_series,
     check_theta0,
     check_times,
+    condition_map,
 )
 from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError, warn
 from .integrate import INTEGRATORS, simulate
@@ -68,7 +69,7 @@ COMMON_CONSTRAINTS = {
     "bounds": [tuple, list, None],
     "x0_bounds": [tuple, list, None],
     "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
-    "noise_kind": [StrOptions(set(NOISE_KINDS))],
+    "noise_kind": [StrOptions(set(NOISE_KINDS)), dict],
     "positive": ["boolean", "array-like"],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -204,7 +205,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             r2 = explained_variance(self.model, theta, data, x0s, self._simulation_options())
             if r2 >= POOR_FIT_R2:
                 return {"fit_adequate_": None, "misfit_ratio_": None}
-            outlier = isolated_extreme(data, self.model.state_names)
+            outlier = isolated_extreme(data, self.model.observables)
             warn(
                 f"{type(self).__name__} fits its training data poorly: the fitted trajectory "
                 f"explains R^2 = {r2:.2f} of the observations' variance (below "
@@ -214,9 +215,9 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             return {"fit_adequate_": False, "misfit_ratio_": None}
         adequate = bool(np.all(ratios <= POOR_FIT_RATIO))
         if not adequate:
-            outlier = isolated_extreme(data, self.model.state_names)
+            outlier = isolated_extreme(data, self.model.observables)
             worst = int(np.argmax(ratios))
-            state = self.model.state_names[data.observed[worst]]
+            state = self.model.observables[data.observed[worst]]
             warn(
                 f"{type(self).__name__} fits its training data poorly: the prediction misses "
                 f"{state!r} by {ratios[worst]:.3g} noise levels (RMS of the residual over "
@@ -249,9 +250,52 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
     def _simulation_options(self):
         return {"integrator": self.integrator, "rtol": self.rtol, "atol": self.atol}
 
+    def _experiment_starts(self, given):
+        """``[(times, x0, t0, doses, theta), ...]`` of :class:`sklode.Experiment` objects: a
+        fitted experiment's ``x0_``/``t0_`` when as many are given as were fitted, else each
+        one's own complete ``x0``."""
+        items = given if isinstance(given, list) else [given]
+        data = check_experiments(items if isinstance(given, list) else given, None,
+                                 model=self.model, observed=self.observed, x0=self.x0,
+                                 t0=self.t0, estimate_x0=self.estimate_x0, min_samples=1,
+                                 estimator_name=type(self).__name__)
+        n_fitted = max(getattr(self, "_n_experiments", 0), 1)
+        rows = np.reshape(self.x0_, (-1, self.model.n_states))
+        t0s = np.reshape(self.t0_, -1)
+        starts = []
+        for k, e in enumerate(data.experiments):
+            if len(items) == n_fitted:
+                x0, t0 = rows[k], float(t0s[k])
+            elif np.all(np.isfinite(e.x0)) and not e.estimate_x0.any():
+                x0, t0 = e.x0, e.t0
+            else:
+                raise ValueError(
+                    f"{type(self).__name__} was fitted on {n_fitted} experiment(s) and "
+                    f"received {len(items)}: a new experiment needs its whole initial state "
+                    "known (Experiment(x0=...) with estimate_x0=False), or predict the fitted "
+                    "ones, in order.")
+            starts.append((e.t, x0, t0, e.doses, experiment_theta(self.theta_, e,
+                                                                  self.model)))
+        return starts, isinstance(given, list)
+
     def _starts(self, t, x0, t0):
-        """``[(times, x0, t0), ...]`` to integrate, and whether the answer is a list."""
+        """``[(times, x0, t0, doses, theta), ...]`` to integrate, and whether the answer is a
+        list."""
         check_is_fitted(self)
+        from .experiment import Experiment as Given
+
+        if isinstance(t, Given) or (isinstance(t, (list, tuple)) and t
+                                    and isinstance(t[0], Given)):
+            if x0 is not None or t0 is not None:
+                raise ValueError("An Experiment carries its own x0 and t0: do not pass x0= "
+                                 "or t0= with it.")
+            return self._experiment_starts(list(t) if isinstance(t, (list, tuple)) else t)
+        starts, several = self._array_starts(t, x0, t0)
+        return [(tk, xk, t0k, (), self.theta_) for tk, xk, t0k in starts], several
+
+    def _array_starts(self, t, x0, t0):
+        """``[(times, x0, t0), ...]`` to integrate from arrays, and whether the answer is a
+        list."""
         n_experiments = getattr(self, "_n_experiments", 0)
         if x0 is not None:  # a new experiment with the fitted theta
             x0 = as_float_array(by_name(x0, self.model.state_names, "x0"), "x0",
@@ -307,8 +351,9 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             The states at ``t``, in the order given.
         """
         starts, several = self._starts(t, x0, t0)
-        out = [simulate(self.model, self.theta_, xk, tk, t0=t0k, **self._simulation_options())
-               for tk, xk, t0k in starts]
+        out = [simulate(self.model, theta, xk, tk, t0=t0k, doses=doses,
+                        **self._simulation_options())
+               for tk, xk, t0k, doses, theta in starts]
         return out if several else out[0]
 
     def predict(self, t, x0=None, t0=None):
@@ -330,14 +375,15 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         Y_pred : ndarray of shape (n_samples, n_observed), or a list of them
             A vector of shape (n_samples,) if ``fit`` received a vector ``Y``.
         """
-        X = self.simulate(t, x0=x0, t0=t0)
+        starts, several = self._starts(t, x0, t0)
         columns = list(self.observed_)
-
-        def observed(Xk):
-            Yk = Xk[:, columns]
-            return Yk[:, 0] if self._y_ndim == 1 else Yk
-
-        return [observed(Xk) for Xk in X] if isinstance(X, list) else observed(X)
+        out = []
+        for tk, xk, t0k, doses, theta in starts:
+            Xk = simulate(self.model, theta, xk, tk, t0=t0k, doses=doses,
+                          **self._simulation_options())
+            Yk = self.model.observe_values(np.reshape(tk, -1), Xk, theta)[:, columns]
+            out.append(Yk[:, 0] if self._y_ndim == 1 else Yk)
+        return out if several else out[0]
 
     def score(self, t, Y, sample_weight=None):
         """R² of the fitted ODE over the observed (non-missing) entries of ``Y``.
@@ -458,6 +504,83 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                                 self.theta_ + z * self.theta_stderr_])
 
 
+def experiment_theta(theta, experiment, model):
+    """An experiment's parameters: its conditions applied to the shared ``theta``.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (n_params,)
+    experiment : Experiment
+        Validated (:mod:`sklode._validation`).
+    model : ODEModel
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+    """
+    mapping = condition_map(experiment.conditions, model)
+    theta = np.asarray(theta, dtype=np.float64)
+    return theta if mapping is None else mapping[0] @ theta + mapping[1]
+
+
+def states_at_observations(model, theta, data, x0s, options):
+    """Each experiment's states at its observation times and its parameters.
+
+    Parameters
+    ----------
+    model : ODEModel
+    theta : ndarray of shape (n_params,)
+    data : ExperimentData
+    x0s : array-like of shape (n_experiments, n_states)
+    options : dict
+        ``integrator``, ``rtol``, ``atol``.
+
+    Returns
+    -------
+    states : list of ndarray of shape (n_times, n_states)
+    thetas : list of ndarray of shape (n_params,)
+    """
+    x0s = np.reshape(x0s, (-1, data.n_states))
+    thetas = [experiment_theta(theta, e, model) for e in data.experiments]
+    states = [simulate(model, th, x0, e.t, t0=e.t0, doses=e.doses, **options)
+              for e, x0, th in zip(data.experiments, x0s, thetas)]
+    return states, thetas
+
+
+def likelihood_attributes(model, theta, data, x0s, options, *, sigma, noise_kind, n_fitted):
+    """``neg_log_likelihood_``, ``aic_`` and ``bic_`` of a fit on its training data.
+
+    ``-log L`` follows PEtab's convention (every constant); with no known noise level
+    (``sigma=None`` and no ``noise_sd``) one scale per observable is the maximum-likelihood
+    one at the fit and counts as an estimated parameter.
+
+    Parameters
+    ----------
+    model : ODEModel
+    theta : ndarray of shape (n_params,)
+    data : ExperimentData
+    x0s : array-like of shape (n_experiments, n_states)
+    options : dict
+    sigma : float, array-like or None
+    noise_kind : str or dict
+    n_fitted : int
+        Estimated parameters and initial values.
+
+    Returns
+    -------
+    dict
+    """
+    try:
+        states, thetas = states_at_observations(model, theta, data, x0s, options)
+        nll, n_profiled = data_neg_log_likelihood(model, data.experiments, data.observed,
+                                                  states, thetas, sigma, noise_kind)
+    except SklodeError:
+        nll, n_profiled = np.inf, 0
+    n_values = sum(int(e.mask.sum()) for e in data.experiments)
+    aic, bic = information_criteria(nll, n_fitted + n_profiled, n_values)
+    return {"neg_log_likelihood_": nll, "aic_": aic, "bic_": bic}
+
+
 def require_observed(data, estimator_name, why):
     """Raise a ValueError when some state is never observed and the method needs them all.
 
@@ -473,6 +596,28 @@ def require_observed(data, estimator_name, why):
             f"{estimator_name} needs every state observed ({why}), but observed="
             f"{data.observed} leaves states {data.hidden} hidden. Use AdjointODE or "
             "BCDProxODE, which fit hidden states, or observe every state.")
+
+
+def predicted_observables(model, theta, experiment, x0, t, options):
+    """All the model's observables at times ``t`` of an experiment (its doses and conditions
+    applied), integrated from its ``x0`` at its ``t0``.
+
+    Parameters
+    ----------
+    model : ODEModel
+    theta : ndarray of shape (n_params,)
+    experiment : Experiment
+    x0 : ndarray of shape (n_states,)
+    t : ndarray of shape (n_times,)
+    options : dict
+
+    Returns
+    -------
+    ndarray of shape (n_times, n_observables)
+    """
+    theta = experiment_theta(theta, experiment, model)
+    X = simulate(model, theta, x0, t, t0=experiment.t0, doses=experiment.doses, **options)
+    return model.observe_values(t, X, theta)
 
 
 def explained_variance(model, theta, data, x0s, options):
@@ -497,7 +642,7 @@ def explained_variance(model, theta, data, x0s, options):
     for x0, e in zip(x0s, data.experiments):
         try:
             with np.errstate(all="ignore"):
-                P = simulate(model, theta, x0, e.t, t0=e.t0, **options)[:, columns]
+                P = predicted_observables(model, theta, e, x0, e.t, options)[:, columns]
         except SklodeError:
             return -np.inf
         truth.append(np.where(e.mask, e.Y, np.nan))
@@ -610,7 +755,7 @@ def misfit_ratios(model, theta, data, x0s, options):
         t, Y = e.t[complete], e.Y[complete]
         try:
             with np.errstate(all="ignore"):
-                P = simulate(model, theta, x0, t, t0=e.t0, **options)[:, columns]
+                P = predicted_observables(model, theta, e, x0, t, options)[:, columns]
         except SklodeError:
             return np.full(len(columns), np.inf)
         floor = _NOISE_FLOOR * np.sqrt(np.mean(Y**2, axis=0))

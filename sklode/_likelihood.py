@@ -26,20 +26,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ._validation import DISTRIBUTIONS, NOISE_KINDS
 from .exceptions import IntegrationError
 
-__all__ = ["NOISE_KINDS", "DISTRIBUTIONS", "Observation", "distribution_of", "kinds_by_column",
+__all__ = ["NOISE_KINDS", "DISTRIBUTIONS", "Observation", "data_neg_log_likelihood",
+           "distribution_of", "kinds_by_column",
            "known_sigma", "neg_log_likelihood_terms", "information_criteria"]
 
-#: How a noise level is read, everywhere in sklode: a standard deviation in data units, a
-#: fraction of the RMS of each state, a fraction of each value (all three normal), the
-#: standard deviation of the natural or decimal log of positive data (``y = h exp(s eps)``),
-#: or the scale ``b`` of a Laplace error (standard deviation ``sqrt(2) b``).
-NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal", "log10normal",
-               "laplace")
-#: The distribution of the error each kind stands for.
-DISTRIBUTIONS = {"absolute": "normal", "relative_rms": "normal", "proportional": "normal",
-                 "lognormal": "lognormal", "log10normal": "log10normal", "laplace": "laplace"}
 _LOG = {"lognormal": 1.0, "log10normal": np.log(10.0)}  # log base: log_b y = ln y / ln b
 _HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
 # Laplace rows sign(e) sqrt(2 |e| / s) have an infinite slope at e = 0; below this fraction of
@@ -293,6 +286,40 @@ class Observation:
         noise = torch.sqrt(torch.clamp(2.0 * torch.log(s) + self._offset, min=0.0)) * mask
         return torch.cat([r, noise], dim=-1)
 
+    def _fisher_rows(self, t, x, theta, y, sigma, mask):
+        """Rows whose Gram matrix is the expected Fisher information of one time: the
+        observable on its scale over its (held) standard deviation, and ``k log s`` with
+        ``k = sqrt(2)`` (normal on any scale) or 1 (Laplace) for a modelled noise."""
+        everything = self._observables(t, x, theta)
+        h = everything[..., list(self.columns)]
+        s = self.model.noise_sd(t, everything, theta)[..., list(self.columns)]
+        safe_h = torch.where(self._is_log, torch.clamp(h, min=1e-300), h)
+        scaled = torch.where(self._is_log, torch.log(safe_h) / torch.where(
+            self._is_log, self._log_base, 1.0), h)
+        k = torch.where(self._is_laplace, 1.0, np.sqrt(2.0))
+        return torch.cat([scaled / s.detach() * mask, k * torch.log(s) * mask], dim=-1)
+
+    def fisher_jacobians(self, X, theta):
+        """As :meth:`jacobians`, for rows whose Gram matrix is the expected Fisher
+        information (a modelled noise: the sum-of-squares rows' Gauss-Newton matrix
+        understates the noise parameters' information by about half).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_times, n_states)
+        theta : ndarray of shape (n_params,)
+
+        Returns
+        -------
+        J_x : ndarray of shape (n_rows, n_states)
+        J_theta : ndarray of shape (n_rows, n_params)
+        """
+        X, theta = self._inputs(X, theta)
+        jac = torch.func.vmap(torch.func.jacfwd(self._fisher_rows, argnums=(1, 2)),
+                              in_dims=(0, 0, None, 0, 0, 0))
+        J_x, J_theta = jac(self._t, X, theta, self._y, self._sigma_or_ones(), self._mask)
+        return (self._flat_jacobian(J_x.numpy()), self._flat_jacobian(J_theta.numpy()))
+
     def _check_domain(self, t, X, theta):
         """Predicted observables that a log kind cannot read, or a noise level that is not
         positive, make the point infeasible (trial points there are rejected)."""
@@ -451,3 +478,78 @@ class Observation:
         H, S = self.predicted(X, theta)
         terms = neg_log_likelihood_terms(self.Y, H, S, self.kinds)[self.mask]
         return float(np.sum(terms)) if np.all(np.isfinite(terms)) else np.inf
+
+
+def _profiled_scale(E, W, dist):
+    """ML scale ``c`` of ``s = c w`` for the errors ``E`` (on the distribution's scale) with
+    shapes ``W`` of one column's observed entries."""
+    if dist == "laplace":
+        return float(np.mean(np.abs(E) / W))
+    return float(np.sqrt(np.mean((E / W) ** 2)))
+
+
+def data_neg_log_likelihood(model, experiments, observed, predictions, thetas, sigma,
+                            noise_kind):
+    """``-log L`` of several experiments' data under the observation and noise model.
+
+    Parameters
+    ----------
+    model : ODEModel
+    experiments : sequence of Experiment
+        Validated experiments (:mod:`sklode._validation`).
+    observed : tuple of int
+        The observables the data's columns hold.
+    predictions : sequence of ndarray of shape (n_times, n_states)
+        Each experiment's states at its observation times.
+    thetas : sequence of ndarray of shape (n_params,)
+        Each experiment's parameters (its conditions applied).
+    sigma : float, array-like or None
+        Known noise levels, read by ``noise_kind``; None (and no ``noise_sd``): one scale per
+        column, the maximum-likelihood one at these predictions (counted in ``n_profiled``).
+    noise_kind : str or dict
+
+    Returns
+    -------
+    neg_log_likelihood : float
+    n_profiled : int
+        Noise scales estimated here (one per column when ``sigma`` is None).
+    """
+    names = [model.observables[i] for i in observed]
+    kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
+    parts = []
+    for e, X, theta in zip(experiments, predictions, thetas):
+        known = None
+        if not model.has_noise_model:
+            given = e.sigma if e.sigma is not None else (1.0 if sigma is None else sigma)
+            known = known_sigma(e.Y, given, kinds)
+        obs = Observation(model, observed, e.t, e.Y, kinds, known)
+        H, S = obs.predicted(X, theta)
+        parts.append((obs, H, S))
+    profile = sigma is None and not model.has_noise_model and all(
+        e.sigma is None for e in experiments)
+    if profile:  # one ML scale per column, pooled over the experiments
+        for j, kind in enumerate(kinds):
+            dist = DISTRIBUTIONS[kind]
+            E, W = [], []
+            for obs, H, S in parts:
+                m = obs.mask[:, j]
+                y, h = obs.Y[m, j], H[m, j]
+                if dist in _LOG:
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        E.append((np.log(y) - np.log(h)) / _LOG[dist])
+                else:
+                    E.append(y - h)
+                W.append(S[m, j])
+            c = _profiled_scale(np.concatenate(E), np.concatenate(W), dist)
+            if not np.isfinite(c):
+                return np.inf, len(kinds)
+            c = max(c, 1e-300)
+            for _, _, S in parts:
+                S[:, j] *= c
+    total = 0.0
+    for obs, H, S in parts:
+        terms = neg_log_likelihood_terms(obs.Y, H, S, obs.kinds)[obs.mask]
+        if not np.all(np.isfinite(terms)):
+            return np.inf, len(kinds) if profile else 0
+        total += float(np.sum(terms))
+    return total, (len(kinds) if profile else 0)

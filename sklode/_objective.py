@@ -389,8 +389,17 @@ class LeastSquaresObjective(_Objective):
             logger.debug("trial point rejected: %s", exc)
             return np.full(self.n_data_rows + self.extra_terms(self.x0_fixed)[0].size, np.nan)
 
-    def jacobian_z(self, u):
+    @property
+    def modelled_noise(self):
+        """Whether the noise depends on the unknowns (the model's ``noise_sd``)."""
+        return self.observation is not None and self.observation.modelled_noise
+
+    def jacobian_z(self, u, fisher=False):
         """Jacobian of the residual in the unknowns, from forward sensitivities.
+
+        With ``fisher=True`` and a modelled noise, the data rows are those whose Gram
+        matrix is the expected Fisher information (:meth:`Observation.fisher_jacobians`),
+        for the covariance.
 
         Parameters
         ----------
@@ -410,7 +419,9 @@ class LeastSquaresObjective(_Objective):
             J_data = (S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
                       ).reshape(-1, S.shape[-1])
         else:  # chain rule through the observation rows: dR/dx S + dR/dtheta
-            J_x, J_theta = self.observation.jacobians(traj.states, theta)
+            J_x, J_theta = (self.observation.fisher_jacobians(traj.states, theta)
+                            if fisher and self.modelled_noise
+                            else self.observation.jacobians(traj.states, theta))
             J_data = np.einsum("rd,rdq->rq", J_x, S[self.observation.row_times()])
             J_data[:, self.n_x0:] += self._unknown_columns(J_theta, x0_part=False)
         J_extra = self.extra_terms(x0)[1]  # no rows unless x0 is estimated
@@ -605,8 +616,14 @@ class ExperimentsObjective(_Objective):
             rows += block.shape[0]
         return J
 
-    def jacobian_z(self, u):
-        """Jacobian of the residual in the unknowns.
+    @property
+    def modelled_noise(self):
+        """Whether some experiment's noise depends on the unknowns."""
+        return any(p.modelled_noise for p in self.parts)
+
+    def jacobian_z(self, u, fisher=False):
+        """Jacobian of the residual in the unknowns (``fisher``: see
+        :meth:`LeastSquaresObjective.jacobian_z`).
 
         Parameters
         ----------
@@ -618,7 +635,7 @@ class ExperimentsObjective(_Objective):
         ndarray of shape (n_residuals, n_unknowns)
             ``dr/dz``, rows ordered as in :meth:`residual`.
         """
-        blocks = [p.jacobian_z(self._part_u(u, k)) for k, p in enumerate(self.parts)]
+        blocks = [p.jacobian_z(self._part_u(u, k), fisher) for k, p in enumerate(self.parts)]
         data = self._place([b[: p.n_data_rows] for p, b in zip(self.parts, blocks)])
         extra = self._place([b[p.n_data_rows:] for p, b in zip(self.parts, blocks)])
         return np.vstack([data, extra])

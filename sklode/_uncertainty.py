@@ -123,7 +123,8 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
     """
     n = u.size
     try:
-        J = objective.jacobian_z(u)
+        modelled = getattr(objective, "modelled_noise", False)
+        J = objective.jacobian_z(u, fisher=True) if modelled else objective.jacobian_z(u)
         r = objective.residual(u)
     except IntegrationError:
         # No forward solve through the fitted x0 (it blows up): the method's own theta
@@ -142,6 +143,8 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
             variance = np.sum(r[rows_of] ** 2) / max(rows_of.size * dof_fraction, 1.0)
             if variance > 0:
                 J[rows_of] /= np.sqrt(variance)
+        chi2 = 1.0
+    elif modelled:  # the noise is part of the model: no common factor left to estimate
         chi2 = 1.0
     else:
         chi2 = reduced_chi_square(objective, u)

@@ -42,11 +42,15 @@ __all__ = [
 ]
 
 
-#: How a noise level is read, everywhere in sklode (``datasets`` and the estimators' weights):
-#: a standard deviation in data units, a fraction of the RMS of each clean (or observed)
-#: state, a fraction of each value, or the standard deviation of the logarithm of positive
-#: data (multiplicative noise ``y = x exp(sigma eps)``, fitted on the log scale).
-NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal")
+#: How a noise level is read, everywhere in sklode: a standard deviation in data units, a
+#: fraction of the RMS of each state, a fraction of each value (all three normal), the
+#: standard deviation of the natural or decimal log of positive data (``y = h exp(s eps)``),
+#: or the scale ``b`` of a Laplace error (standard deviation ``sqrt(2) b``).
+NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal", "log10normal",
+               "laplace")
+#: The distribution of the error each kind stands for.
+DISTRIBUTIONS = {"absolute": "normal", "relative_rms": "normal", "proportional": "normal",
+                 "lognormal": "lognormal", "log10normal": "log10normal", "laplace": "laplace"}
 
 
 @dataclass(frozen=True)

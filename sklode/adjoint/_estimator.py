@@ -17,7 +17,7 @@ from .._estimator import (
     COMMON_CONSTRAINTS,
     ODEEstimator,
     initial_times,
-    on_state_scale,
+    likelihood_attributes,
     warn_not_converged,
 )
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
@@ -96,15 +96,22 @@ class AdjointODE(ODEEstimator):
         Lower and upper bounds on the estimated initial state (scalars or one per state,
         ``±inf`` allowed), e.g. ``(0, N)`` for compartments of a population of ``N``;
         honoured by every optimiser, like ``bounds``.
-    sigma : float or array-like, default=1.0
-        Standard deviation of the observations: one value, one per observed state, or one per
-        observation (shape of ``Y``), read according to ``noise_kind``.
-    noise_kind : {"absolute", "relative_rms", "proportional", "lognormal"}, default="absolute"
-        ``sigma`` in units of the data, as a fraction of the RMS of each observed state, as
-        a fraction of each observation (the seed's weights: noise level times the data), or
-        as the standard deviation of ``log y`` (``"lognormal"``: positive data with
-        multiplicative noise; the residuals are ``log x(t) - log y``). The same words as
-        :mod:`sklode.datasets`.
+    sigma : float or array-like, default=None
+        Standard deviation of the observations: one value, one per observed column, or one
+        per observation (shape of ``Y``; NaN allowed where ``Y`` is NaN), read according to
+        ``noise_kind``; an :class:`~sklode.Experiment`'s own ``sigma`` replaces it for that
+        experiment. None: unit weights, and ``neg_log_likelihood_`` uses one noise scale
+        per observable, the maximum-likelihood one at the fit. Unused when the model has
+        ``noise_sd`` (the noise is then fitted with the other parameters).
+    noise_kind : str or dict, default="absolute"
+        The error model, one for all columns or a dict by observable name:
+        ``"absolute"`` (``sigma`` in data units), ``"relative_rms"`` (a fraction of each
+        column's RMS), ``"proportional"`` (a fraction of each observation: the seed's
+        weights), all three normal; ``"lognormal"`` / ``"log10normal"`` (``sigma`` is the
+        standard deviation of ``ln y`` / ``log10 y``: positive data with multiplicative
+        noise; residuals ``log h - log y`` on the observables, so hidden states may be 0);
+        ``"laplace"`` (``sigma`` is the Laplace scale ``b``; robust to outliers). With a
+        model ``noise_sd`` only the distribution is chosen (``"absolute"`` for normal).
     x0_prior : array-like of shape (n_states,), default=None
         Prior mean ``s0`` of the initial state (used for its estimated components).
     x0_prior_sigma : float or array-like, default=None
@@ -243,8 +250,8 @@ class AdjointODE(ODEEstimator):
     _parameter_constraints = {
         **COMMON_CONSTRAINTS,
         "x0_bounds": [tuple, list, None],
-        "sigma": [Interval(Real, 0, None, closed="neither"), "array-like"],
-        "noise_kind": [StrOptions(set(NOISE_KINDS))],
+        "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
+        "noise_kind": [StrOptions(set(NOISE_KINDS)), dict],
         "x0_prior": ["array-like", None],
         "x0_prior_sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
         "invariant": [tuple, list, None],
@@ -259,7 +266,7 @@ class AdjointODE(ODEEstimator):
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
                  observed=None, fixed=None, bounds=None, positive=False, x0_bounds=None,
-                 sigma=1.0, noise_kind="absolute",
+                 sigma=None, noise_kind="absolute",
                  x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
                  optimizer="trf", gradient="adjoint", init=None, n_starts=1,
                  random_state=None, n_jobs=None, tol=1e-8, max_iter=200,
@@ -294,7 +301,7 @@ class AdjointODE(ODEEstimator):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, t, Y):
+    def fit(self, t, Y=None):
         """Fit ``theta_`` (and ``x0_``) to observations ``Y`` of the ``observed`` states.
 
         Parameters
@@ -353,6 +360,9 @@ class AdjointODE(ODEEstimator):
             n_iter_=res.n_iter, n_solves_=n_solves,
             converged_=bool(res.converged), stop_reason_=res.stop_reason,
             solver_=res.solver + start_note,
+            **likelihood_attributes(self.model, theta, data, x0, self._simulation_options(),
+                                    sigma=self.sigma, noise_kind=self.noise_kind,
+                                    n_fitted=int(fitted.sum()) + objective.n_x0),
             **self._assess_fit(data, theta, x0, "A local minimum is likely: try another "
                                "theta0" + ("" if self.init is not None else
                                            ", or init='bcdprox' or 'wendy'") + "."),
@@ -489,26 +499,20 @@ class AdjointODE(ODEEstimator):
         return limits
 
     def _fitted_states(self, data):
-        """The problem in the states the cost is posed in: the log of the states for
-        log-normal noise (model, data and x0 bounds transformed), else as validated."""
+        """The problem the cost is posed on: the model and data as validated."""
         model = self.model
         x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
                                  name="x0_bounds")
-        if self.noise_kind != "lognormal":
-            return _Posed(model, data, None, self.noise_kind, x0_bounds)
-        if self.x0_prior is not None or self.invariant is not None:
-            raise ValueError("noise_kind='lognormal' fits the logarithm of the states; "
-                             "x0_prior and invariant are stated in the states "
-                             "themselves and cannot be combined with it.")
-        data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
-                                                      True, x0_bounds)
-        return _Posed(transformed, data, transformed, "absolute", x0_bounds)
+        # log kinds are read by the likelihood layer on the observables: no state transform,
+        # so a hidden state at 0 does not block them (only the observed values must be > 0)
+        return _Posed(model, data, None, self.noise_kind, x0_bounds)
 
     def _pose(self, problem, theta, fitted):
         """The cost on ``problem`` with the parameters ``fitted`` free (the others held at
         ``theta``) and its point ``u`` at ``theta`` and the data's x0."""
         return objective_for_experiments(
-            problem.model, problem.data, theta0=theta, fitted=fitted, sigma=self.sigma,
+            problem.model, problem.data, theta0=theta, fitted=fitted,
+            sigma=1.0 if self.sigma is None else self.sigma,
             noise_kind=problem.noise_kind, x0_prior=self.x0_prior,
             x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
             invariant_weight=self.invariant_weight, positive=self.positive,

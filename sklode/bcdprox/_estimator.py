@@ -348,7 +348,7 @@ class BCDProxODE(ODEEstimator):
         return self.order + 2  # at least one full-order step after the ramp
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, t, Y):
+    def fit(self, t, Y=None):
         """Fit ``theta_`` and the filtered states ``states_`` to observations ``Y`` at ``t``.
 
         Parameters

@@ -273,7 +273,7 @@ class WENDyODE(ODEEstimator):
         return MIN_SAMPLES
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, t, Y):
+    def fit(self, t, Y=None):
         """Estimate ``theta_`` and its covariance from observations ``Y`` at times ``t``.
 
         Parameters
