@@ -180,7 +180,9 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
     def _data_attributes(data):
         """Fitted attributes that describe the training data (for :meth:`_set_fitted`)."""
         attributes = {"n_features_in_": 1, "observed_": data.observed, "_y_ndim": data.y_ndim,
-                      "_n_experiments": data.n_experiments if data.several else 0}
+                      "_n_experiments": data.n_experiments if data.several else 0,
+                      "_fitted_experiments": [(e.doses, e.conditions)
+                                              for e in data.experiments]}
         if data.feature_names is not None:
             attributes["feature_names_in_"] = data.feature_names
         return attributes
@@ -291,7 +293,18 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                                  "or t0= with it.")
             return self._experiment_starts(list(t) if isinstance(t, (list, tuple)) else t)
         starts, several = self._array_starts(t, x0, t0)
-        return [(tk, xk, t0k, (), self.theta_) for tk, xk, t0k in starts], several
+        if x0 is not None:  # a new experiment: no doses, no conditions
+            return [(tk, xk, t0k, (), self.theta_) for tk, xk, t0k in starts], several
+        # the fitted experiments, with the doses and conditions they were fitted with
+        fitted = getattr(self, "_fitted_experiments", [((), None)] * len(starts))
+        out = []
+        for (tk, xk, t0k), (doses, conditions) in zip(starts, fitted):
+            theta = self.theta_
+            mapping = condition_map(conditions, self.model)
+            if mapping is not None:
+                theta = mapping[0] @ theta + mapping[1]
+            out.append((tk, xk, t0k, doses, theta))
+        return out, several
 
     def _array_starts(self, t, x0, t0):
         """``[(times, x0, t0), ...]`` to integrate from arrays, and whether the answer is a
@@ -385,7 +398,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             out.append(Yk[:, 0] if self._y_ndim == 1 else Yk)
         return out if several else out[0]
 
-    def score(self, t, Y, sample_weight=None):
+    def score(self, t, Y=None, sample_weight=None):
         """R² of the fitted ODE over the observed (non-missing) entries of ``Y``.
 
         One series (not a list) is scored as :meth:`predict` sees it: integrated from the
@@ -413,6 +426,14 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             The mean R² over the observed states.
         """
         check_is_fitted(self)
+        from .experiment import Experiment as Given
+
+        if isinstance(t, Given) or (isinstance(t, (list, tuple)) and t
+                                    and isinstance(t[0], Given)):
+            if sample_weight is not None:
+                raise ValueError("sample_weight is supported for one series only.")
+            Y_true, Y_pred = self._experiment_predictions(t)
+            return float(np.mean(r2_by_state(Y_true, Y_pred)))
         if _is_experiment_list(t):
             if sample_weight is not None:
                 raise ValueError("sample_weight is supported for one series only.")
@@ -434,10 +455,39 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                                                                           len(Y_true))
         return float(np.mean(r2_by_state(Y_true, Y_pred, weights)))
 
+    def _experiment_predictions(self, given):
+        """``(Y_true, Y_pred)`` stacked over :class:`sklode.Experiment` objects: the fitted
+        ones from their ``x0_``, new ones from their known initial states, or, without
+        observables and doses, with the estimated components refitted to their data."""
+        items = list(given) if isinstance(given, (list, tuple)) else [given]
+        data = self._scoring_data(items if isinstance(given, (list, tuple)) else given, None)
+        n_fitted = max(getattr(self, "_n_experiments", 0), 1)
+        rows = np.reshape(self.x0_, (-1, self.model.n_states))
+        if len(items) == n_fitted:
+            x0s = rows
+        elif all(np.all(np.isfinite(e.x0)) and not e.estimate_x0.any()
+                 for e in data.experiments):
+            x0s = [e.x0 for e in data.experiments]
+        elif not self.model.has_observation_model and not any(
+                e.doses or e.conditions for e in data.experiments):
+            x0s = self._refitted_initial_states(data)
+        else:
+            raise ValueError(
+                f"{type(self).__name__} scores new experiments from their known initial "
+                "states when they have observables, doses or conditions: give them "
+                "Experiment(x0=...) with estimate_x0=False, or score the fitted experiments "
+                "in order.")
+        columns = list(data.observed)
+        Y_pred = np.vstack([
+            predicted_observables(self.model, self.theta_, e, x0, e.t,
+                                  self._simulation_options())[:, columns]
+            for e, x0 in zip(data.experiments, x0s)])
+        return np.vstack([e.Y for e in data.experiments]), Y_pred
+
     def _scoring_data(self, t, Y):
         """``(t, Y)`` validated with the estimator's initial-state settings; per-experiment
         ``x0``/``t0`` settings apply only when as many experiments are scored as fitted."""
-        n_given = len(t) if _is_experiment_list(t) else 1
+        n_given = len(t) if isinstance(t, (list, tuple)) else 1
         x0, t0 = self.x0, self.t0
         if x0 is not None and np.ndim(x0) == 2 and np.shape(x0)[0] != n_given:
             if not np.all(np.asarray(self.estimate_x0)):
@@ -579,6 +629,145 @@ def likelihood_attributes(model, theta, data, x0s, options, *, sigma, noise_kind
     n_values = sum(int(e.mask.sum()) for e in data.experiments)
     aic, bic = information_criteria(nll, n_fitted + n_profiled, n_values)
     return {"neg_log_likelihood_": nll, "aic_": aic, "bic_": bic}
+
+
+#: The noise kinds the methods on the data grid (BCD-prox, WENDy) take: one weight per state.
+STATE_NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal")
+
+
+def require_state_data(model, data, noise_kind, estimator_name, proportional=True):
+    """Refuse, naming AdjointODE, what only a forward-solver likelihood can fit: observables
+    other than the states, a modelled noise, per-experiment parameter values, per-observable
+    or Laplace/log10 error kinds (BCD-prox's fidelity and WENDy's weak form are written in
+    the states, with one noise level per state).
+
+    Parameters
+    ----------
+    model : ODEModel
+    data : ExperimentData
+    noise_kind : str or dict
+    estimator_name : str
+    proportional : bool, default=True
+        Whether the method takes ``noise_kind="proportional"``.
+    """
+    way = "Use AdjointODE, which fits"
+    if model.has_observation_model:
+        raise ValueError(
+            f"{estimator_name} fits the states themselves (its cost is written in x), but "
+            f"{type(model).__name__} reads its data through observe() as "
+            f"{model.observables}. {way} any observable through its sensitivities.")
+    if model.has_noise_model:
+        raise ValueError(
+            f"{estimator_name} takes the noise level from sigma/noise_kind (or its own "
+            f"estimate), not from a model's noise_sd. {way} noise parameters by maximum "
+            "likelihood.")
+    allowed = [k for k in STATE_NOISE_KINDS if proportional or k != "proportional"]
+    if isinstance(noise_kind, dict) or noise_kind not in allowed:
+        raise ValueError(
+            f"{estimator_name} takes one noise kind for all states, one of {allowed}; got "
+            f"noise_kind={noise_kind!r}. {way} per-observable, 'laplace' and 'log10normal' "
+            "errors.")
+    for k, e in enumerate(data.experiments):
+        if e.conditions:
+            where = f" {e.name!r}" if e.name is not None else f" {k}"
+            raise ValueError(
+                f"Experiment{where} sets parameters through conditions={e.conditions}, but "
+                f"{estimator_name} fits one parameter vector for all experiments. {way} "
+                "per-experiment conditions (or fit each condition separately).")
+
+
+class DoseSplit:
+    """Experiments with doses as the methods on the data grid (BCD-prox, WENDy) can take them.
+
+    A dose at ``t0`` is added to the initial state (a known component) or to its estimate
+    (reported back before the dose); the data after a later dose become a piece of their
+    own, a new experiment whose initial state at its first sample is estimated (the dose's
+    size then carries no information to these methods, but nothing is fitted across it).
+    Each piece keeps the original experiment's guesses for its hidden states.
+
+    Parameters
+    ----------
+    data : ExperimentData
+    estimator_name : str
+    min_samples : int
+        Fewest samples a piece needs.
+    node_at_t0 : bool
+        Add an unobserved row at ``t0`` when it is before the first sample (BCD-prox's grid
+        starts at the initial state).
+    """
+
+    def __init__(self, data, estimator_name, min_samples, node_at_t0):
+        self.original = data
+        pieces, self.first, self.folded = [], [], []
+        for k, e in enumerate(data.experiments):
+            at_t0 = np.zeros(data.n_states)
+            cuts = []
+            for time, state, amount in e.doses:
+                if time == e.t0:
+                    at_t0[state] += amount
+                elif time < e.t[-1]:
+                    cuts.append(time)
+            self.folded.append(at_t0)
+            x0 = np.where(np.isfinite(e.x0), e.x0 + at_t0, np.nan)
+            edges = [-np.inf] + sorted(set(cuts)) + [np.inf]
+            self.first.append(len(pieces))
+            for j, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+                rows = (e.t > lo) & (e.t <= hi)
+                if j == 0:
+                    piece = replace(e, t=e.t[rows], Y=e.Y[rows], mask=e.mask[rows], x0=x0,
+                                    doses=(), sigma=None if e.sigma is None
+                                    else e.sigma[rows])
+                    if node_at_t0 and e.t0 < piece.t[0]:
+                        n_obs = piece.Y.shape[1]
+                        piece = replace(piece, t=np.r_[e.t0, piece.t],
+                                        Y=np.vstack([np.full(n_obs, np.nan), piece.Y]),
+                                        mask=np.vstack([np.zeros(n_obs, bool), piece.mask]),
+                                        sigma=None if piece.sigma is None else np.vstack(
+                                            [np.full(n_obs, np.nan), piece.sigma]))
+                else:
+                    piece = replace(e, t=e.t[rows], Y=e.Y[rows], mask=e.mask[rows],
+                                    t0=float(e.t[rows][0]) if rows.any() else lo,
+                                    x0=np.where(np.isfinite(e.x0), e.x0, np.nan),
+                                    estimate_x0=np.ones(data.n_states, dtype=bool), doses=(),
+                                    sigma=None if e.sigma is None else e.sigma[rows])
+                if int(rows.sum()) < min_samples:
+                    where = f" {e.name!r}" if e.name is not None else f" {k}"
+                    span = ("before its first dose after t0" if j == 0 else
+                            f"after its dose at t={lo:g}")
+                    raise ValueError(
+                        f"{estimator_name} fits the data between doses as separate pieces, and "
+                        f"experiment{where} has {int(rows.sum())} sample(s) {span}; it needs "
+                        f"at least {min_samples}. Use AdjointODE, which integrates through "
+                        "the doses.")
+                pieces.append(piece)
+        self.split = len(pieces) > data.n_experiments
+        self.data = replace(data, experiments=tuple(pieces),
+                            several=data.several or self.split)
+        self.node = [bool(node_at_t0 and e.t0 < e.t[0]) for e in data.experiments]
+
+    def x0_back(self, rows):
+        """The original experiments' initial states from the pieces' (before the doses at
+        ``t0``)."""
+        rows = np.reshape(rows, (-1, self.original.n_states))
+        return np.array([rows[i] - self.folded[k] for k, i in enumerate(self.first)])
+
+    def rows_back(self, rows):
+        """Per-piece rows (standard errors) as the original experiments' first pieces'."""
+        rows = np.reshape(rows, (-1, self.original.n_states))
+        out = np.array([rows[i] for i in self.first])
+        return out if self.original.several else out[0]
+
+    def states_back(self, states):
+        """Per-piece arrays at the sampling times joined into one per original experiment
+        (the added row at ``t0`` left out)."""
+        out = []
+        bounds = self.first + [len(states)]
+        for k in range(self.original.n_experiments):
+            parts = list(states[bounds[k]:bounds[k + 1]])
+            if self.node[k]:
+                parts[0] = parts[0][1:]
+            out.append(np.vstack(parts))
+        return out
 
 
 def require_observed(data, estimator_name, why):
@@ -767,7 +956,7 @@ def misfit_ratios(model, theta, data, x0s, options):
         return np.sqrt(residual2 / noise2)
 
 
-def on_state_scale(model, data, scale, log, x0_bounds=None):
+def on_state_scale(model, data, scale, log, x0_bounds=None, estimator_name="this estimator"):
     """The problem in the states of :class:`~sklode.models._base.ScaledStates`.
 
     Parameters
@@ -781,6 +970,8 @@ def on_state_scale(model, data, scale, log, x0_bounds=None):
         given initial value must then be positive.
     x0_bounds : (ndarray, ndarray), optional
         Bounds on the initial state, in the original states.
+    estimator_name : str, optional
+        For messages.
 
     Returns
     -------
@@ -798,9 +989,11 @@ def on_state_scale(model, data, scale, log, x0_bounds=None):
         if log and (np.any(e.Y[e.mask] <= 0) or np.any(e.x0[np.isfinite(e.x0)] <= 0)):
             where = f" of experiment {k}" if data.several else ""
             raise ValueError(
-                f"noise_kind='lognormal' fits the logarithm of the data, but Y{where} or x0 "
-                "has values <= 0. Use noise_kind='proportional' or 'absolute' for data that "
-                "reach zero.")
+                f"noise_kind='lognormal' makes {estimator_name} fit the logarithm of the "
+                f"states, but Y{where} or x0 has values <= 0. Use noise_kind='absolute' or "
+                "'relative_rms' for data that reach zero, or AdjointODE, whose log-normal "
+                "likelihood needs only the observed values to be positive (a state starting "
+                "at 0 is fine there).")
         rows = np.ones((e.Y.shape[0], model.n_states))  # placeholders off the observed
         rows[:, columns] = np.where(e.mask, e.Y, 1.0)
         Y = np.where(e.mask, transformed.to_z(rows)[:, columns], np.nan)

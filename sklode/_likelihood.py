@@ -225,10 +225,12 @@ class Observation:
         for j, kind in enumerate(self.kinds):
             values = self.Y[self.mask[:, j], j]
             if DISTRIBUTIONS[kind] in _LOG and np.any(values <= 0):
+                name = model.observables[self.columns[j]]
                 raise ValueError(
-                    f"noise_kind={kind!r} reads column {j} on the log scale, but it holds "
-                    f"{np.sum(values <= 0)} non-positive value(s) (smallest {values.min():g}); "
-                    "set them to NaN (below the detection limit) or use a linear kind.")
+                    f"noise_kind={kind!r} reads {name!r} on the log scale, but its data hold "
+                    f"{np.sum(values <= 0)} non-positive value(s) (smallest {values.min():g}): "
+                    "set them to NaN (below the detection limit) or use a linear kind such "
+                    "as 'absolute'.")
         self.n_times, self.n_columns = self.Y.shape
         self._y = torch.from_numpy(np.where(self.mask, self.Y, 1.0))
         self._mask = torch.from_numpy(self.mask.astype(np.float64))

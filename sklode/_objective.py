@@ -276,10 +276,12 @@ class LeastSquaresObjective(_Objective):
         Parameters
         ----------
         theta : ndarray of shape (n_params,)
+            The shared parameters.
 
         Returns
         -------
         ndarray of shape (n_params,)
+            ``A @ theta + c``, or ``theta`` without conditions.
         """
         if self.theta_map is None:
             return theta
@@ -405,6 +407,8 @@ class LeastSquaresObjective(_Objective):
         ----------
         u : ndarray of shape (n_unknowns,)
             Optimiser variables.
+        fisher : bool, default=False
+            Rows of the expected Fisher information instead of the residual's.
 
         Returns
         -------
@@ -622,13 +626,15 @@ class ExperimentsObjective(_Objective):
         return any(p.modelled_noise for p in self.parts)
 
     def jacobian_z(self, u, fisher=False):
-        """Jacobian of the residual in the unknowns (``fisher``: see
-        :meth:`LeastSquaresObjective.jacobian_z`).
+        """Jacobian of the residual in the unknowns.
 
         Parameters
         ----------
         u : ndarray of shape (n_unknowns,)
             Optimiser variables.
+        fisher : bool, default=False
+            Rows of the expected Fisher information (see
+            :meth:`LeastSquaresObjective.jacobian_z`).
 
         Returns
         -------

@@ -444,7 +444,8 @@ def test_noise_settings_are_read_the_same_way_or_refused_clearly():
             Estimator(d.problem.model, sigma=0.05, noise_kind="proportional").fit(d.t, d.Y)
     Y = d.Y.copy()
     Y[3, 0] = -0.1
-    with pytest.raises(ValueError, match=r"noise_kind='lognormal' fits the logarithm"):
+    with pytest.raises(ValueError, match=r"noise_kind='lognormal' reads 'prey' on the log "
+                       r"scale, but its data hold 2 non-positive"):
         AdjointODE(d.problem.model, noise_kind="lognormal").fit(d.t, Y)
     # Equal absolute weights on every state leave BCD-prox's fixed point unchanged (the
     # fidelity and the proximal term scale alike).

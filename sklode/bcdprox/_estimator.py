@@ -10,11 +10,15 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._estimator import (
     COMMON_CONSTRAINTS,
+    DoseSplit,
     ODEEstimator,
+    estimated_x0_mask,
     fitted_mask,
     full_theta,
     initial_times,
+    likelihood_attributes,
     on_state_scale,
+    require_state_data,
     require_t0_at_first_time,
     sigma_per_state,
     warn_not_converged,
@@ -365,16 +369,20 @@ class BCDProxODE(ODEEstimator):
         self : BCDProxODE
             The fitted estimator.
         """
-        data = self._validate_data(t, Y)
+        given = self._validate_data(t, Y)
         name = type(self).__name__
-        require_t0_at_first_time(data, name)
         model = self.model
+        require_state_data(model, given, self.noise_kind, name)
+        split = DoseSplit(given, name, self._min_samples(), node_at_t0=True)
+        data = split.data  # doses at t0 folded in, later doses split, a node at t0
+        require_t0_at_first_time(data, name)
         x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
                                  name="x0_bounds")
-        original, transformed = data, None
+        transformed = None
         weights = self._state_scale(data)
         if weights is not None:  # the fidelity weighted per state: fit in scaled states
-            data, transformed, x0_bounds = on_state_scale(model, data, *weights, x0_bounds)
+            data, transformed, x0_bounds = on_state_scale(model, data, *weights, x0_bounds,
+                                                          estimator_name=name)
         fit_model, theta0, bounds = self._bounded_theta_problem(transformed)
         scaled = data  # the data in the fitted states, at the sampling times
         data = grid = with_substeps(data, self.substeps)  # the grid X* lives on
@@ -406,7 +414,6 @@ class BCDProxODE(ODEEstimator):
                                                          for X in res.states]
         states = [X[::self.substeps] for X in states]  # at the sampling times
         x0s = np.array([X[0] for X in states])
-        data = original
         predicted = []
         for e, x0 in zip(grid.experiments, x0s):  # the recursion runs on the fitted grid
             with np.errstate(over="ignore", invalid="ignore"):
@@ -426,18 +433,29 @@ class BCDProxODE(ODEEstimator):
                                f"{self.tol}), or use stop='relative' and "
                                "acceleration='anderson'.")
 
+        data = given  # the experiments as given: one x0_, states_ and t0_ each
+
         def per_experiment(values):
             return list(values) if data.several else values[0]
 
+        uncertainty_attributes = self._uncertainty_attributes(uncertainty, split.data, fitted,
+                                                              transformed, z0s)
+        uncertainty_attributes["x0_stderr_"] = split.rows_back(
+            uncertainty_attributes["x0_stderr_"])
+        x0s = split.x0_back(x0s)
         return self._set_fitted(
-            theta_=theta, states_=per_experiment(states), x0_=x0s if data.several else x0s[0],
-            **self._uncertainty_attributes(uncertainty, data, fitted, transformed, z0s),
+            theta_=theta, states_=per_experiment(split.states_back(states)),
+            x0_=x0s if data.several else x0s[0], **uncertainty_attributes,
             t0_=initial_times(data),
-            predicted_states_=per_experiment(predicted),
+            predicted_states_=per_experiment(split.states_back(predicted)),
             fidelity_history_=list(res.fidelity_history),
             theta_history_=np.array([full_theta(fit_model, th) for th in res.theta_history]),
             n_iter_=res.n_iter,
             converged_=res.converged, stop_reason_=res.stop_reason, solver_=res.solver,
+            **likelihood_attributes(model, theta, data, x0s, self._simulation_options(),
+                                    sigma=self.sigma, noise_kind=self.noise_kind,
+                                    n_fitted=int(fitted.sum()) + int(estimated_x0_mask(
+                                        split.data).sum())),
             **self._assess_fit(data, theta, x0s, f"Try substeps={2 * self.substeps} (grid "
                                "times between the samples), or AdjointODE started from "
                                "this theta_."),

@@ -10,15 +10,17 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._estimator import (
     COMMON_CONSTRAINTS,
+    DoseSplit,
     ODEEstimator,
     estimated_x0_mask,
     fitted_mask,
     full_theta,
     initial_times,
     is_linear_on_data,
+    likelihood_attributes,
     on_state_scale,
     require_observed,
-    require_t0_at_first_time,
+    require_state_data,
     sigma_per_state,
     warn_not_converged,
 )
@@ -290,11 +292,15 @@ class WENDyODE(ODEEstimator):
         self : WENDyODE
             The fitted estimator.
         """
-        data = self._validate_data(t, Y)
+        given = self._validate_data(t, Y)
         name = type(self).__name__
-        require_observed(data, name, "the weak form integrates every state's equation "
+        require_state_data(self.model, given, self.noise_kind, name)
+        require_observed(given, name, "the weak form integrates every state's equation "
                          "against the data")
-        require_t0_at_first_time(data, name)
+        # the weak form needs no initial state: an earlier t0 (a dose before the first
+        # sample) is reached by the shooting of x0
+        split = DoseSplit(given, name, MIN_SAMPLES, node_at_t0=False)
+        data = split.data
         if self.noise_kind == "proportional":
             raise ValueError(
                 "WENDyODE's residual covariance has one noise level per state, so it cannot "
@@ -303,10 +309,10 @@ class WENDyODE(ODEEstimator):
         model = self.model
         x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
                                  name="x0_bounds")
-        original, transformed = data, None
+        transformed = None
         if self.noise_kind == "lognormal":  # the weak form of log x
             data, transformed, x0_bounds = on_state_scale(model, data, np.ones(model.n_states),
-                                                          True, x0_bounds)
+                                                          True, x0_bounds, estimator_name=name)
         grids = [complete_rows(e, k if data.several else None, name)
                  for k, e in enumerate(data.experiments)]
         ts, Us = [g[0] for g in grids], [g[1] for g in grids]
@@ -333,18 +339,21 @@ class WENDyODE(ODEEstimator):
             shooting_model, data, theta, z0s, fitted=fitted, theta_cov=res.theta_cov,
             options=self._simulation_options())
         x0s = z0s if transformed is None else transformed.to_x(z0s)
-        data = original
 
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}) or tol (now "
                                f"{self.tol}).")
-        several = data.several
         uncertainty_attributes = self._uncertainty_attributes(uncertainty, data, fitted,
                                                               transformed, z0s)
         if self.x0_method == "smoothing":
             uncertainty_attributes["x0_stderr_"] = np.where(estimated_x0_mask(data), np.nan,
                                                             0.0)
+        uncertainty_attributes["x0_stderr_"] = split.rows_back(
+            uncertainty_attributes["x0_stderr_"])
+        n_x0 = int(estimated_x0_mask(data).sum())
+        data, x0s = given, split.x0_back(x0s)  # the experiments as given
+        several = data.several
         return self._set_fitted(
             theta_=theta, sigma_=res.sigma, theta_ols_=theta_ols,
             x0_=x0s if several else x0s[0], **uncertainty_attributes, t0_=initial_times(data),
@@ -352,6 +361,9 @@ class WENDyODE(ODEEstimator):
             solver_=res.solver + (f", {data.n_experiments} experiments" if several else ""),
             n_test_functions_=res.n_test_functions,
             radii_=[list(r) for r in res.radii] if several else list(res.radii[0]),
+            **likelihood_attributes(model, theta, data, x0s, self._simulation_options(),
+                                    sigma=self.sigma, noise_kind=self.noise_kind,
+                                    n_fitted=int(fitted.sum()) + n_x0),
             **self._assess_fit(data, theta, x0s, "Try x0_method='shooting_all' if the "
                                "prediction drifts late in the series, or AdjointODE started "
                                "from this theta_."),
@@ -379,10 +391,11 @@ class WENDyODE(ODEEstimator):
                  "bounds": x0_bounds}
         n_win = shooting_window(t, U, smooth, sigma, radius)
         x0 = shoot_initial_state(model, theta, t[:n_win], U[:n_win], start, free=free,
-                                 **shoot)
+                                 t0=experiment.t0, **shoot)
         if self.x0_method == "shooting_all" and n_win < t.size:
             # From the window's x0, which is near the right basin, over everything.
-            x0 = shoot_initial_state(model, theta, t, U, x0, free=free, **shoot)
+            x0 = shoot_initial_state(model, theta, t, U, x0, free=free, t0=experiment.t0,
+                                     **shoot)
         return x0
 
 
