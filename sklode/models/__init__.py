@@ -12,6 +12,7 @@ from ._zoo import (
     OralAbsorption,
     ProteinTransduction,
     Rossler,
+    TwoCompartmentIV,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "HindmarshRose",
     "ProteinTransduction",
     "OralAbsorption",
+    "TwoCompartmentIV",
 ]

@@ -17,6 +17,8 @@ __all__ = [
     "FitzHughNagumoLinear",
     "HindmarshRose",
     "ProteinTransduction",
+    "OralAbsorption",
+    "TwoCompartmentIV",
 ]
 
 
@@ -236,3 +238,62 @@ class OralAbsorption(ODEModel):
         gut, concentration = x[..., 0], x[..., 1]
         ka, ke, kv = theta
         return torch.stack([-ka * gut, kv * gut - ke * concentration], dim=-1)
+
+
+class TwoCompartmentIV(ODEModel):
+    """Two-compartment pharmacokinetics after intravenous doses, read as a concentration.
+
+    ``central' = -(k10 + k12) central + k21 peripheral``, ``peripheral' = k12 central - k21
+    peripheral`` (amounts); the instrument reads the plasma concentration
+    ``conc = central / V``. Doses go into ``"central"`` (``Experiment(doses=[(0.0,
+    "central", amount)])``) and both compartments start empty. The noise is part of the
+    model: ``sd = sigma_add + sigma_prop * conc`` (``error="combined"``), ``sigma_add``
+    alone (``"additive"``) or ``sigma_prop * conc`` (``"proportional"``), its parameters
+    fitted by maximum likelihood with the rates; ``error=None`` leaves the noise to the
+    estimator's ``sigma`` and ``noise_kind``.
+
+    Parameters
+    ----------
+    error : {"combined", "additive", "proportional"} or None, default="combined"
+        The residual error model.
+
+    Examples
+    --------
+    >>> from sklode.models import TwoCompartmentIV
+    >>> TwoCompartmentIV().param_names
+    ('k10', 'k12', 'k21', 'V', 'sigma_add', 'sigma_prop')
+    >>> TwoCompartmentIV(error=None).observe_values(0.0, [[2.0, 0.0]], [0.2, 0.1, 0.1, 4.0])
+    array([[0.5]])
+    """
+
+    state_names = ("central", "peripheral")
+    observable_names = ("conc",)
+    _ERROR_PARAMETERS = {"combined": ("sigma_add", "sigma_prop"), "additive": ("sigma_add",),
+                         "proportional": ("sigma_prop",), None: ()}
+
+    def __init__(self, error="combined"):
+        if error not in self._ERROR_PARAMETERS:
+            raise ValueError(f"error must be one of {list(self._ERROR_PARAMETERS)}, got "
+                             f"{error!r}.")
+        self.error = error
+        self.param_names = ("k10", "k12", "k21", "V") + self._ERROR_PARAMETERS[error]
+        self.default_theta = (0.5, 0.5, 0.5, 1.0) + (0.1,) * len(
+            self._ERROR_PARAMETERS[error])
+        if error is None:
+            self.noise_sd = None
+
+    def rhs(self, t, x, theta):
+        k10, k12, k21 = theta[0], theta[1], theta[2]
+        central, peripheral = x[..., 0], x[..., 1]
+        return torch.stack([-(k10 + k12) * central + k21 * peripheral,
+                            k12 * central - k21 * peripheral], dim=-1)
+
+    def observe(self, t, x, theta):
+        return x[..., 0:1] / theta[3]
+
+    def noise_sd(self, t, y, theta):
+        if self.error == "combined":
+            return theta[4] + theta[5] * y
+        if self.error == "additive":
+            return theta[4] * torch.ones_like(y)
+        return theta[4] * y
