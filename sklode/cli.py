@@ -303,20 +303,20 @@ def _read_table(path, time_column, mapping, model, observed):
                          f"its header {header} ({len(short)} such row(s)); leave a cell "
                          "empty for a missing value.")
     for state, column in mapping.items():
-        if state not in model.state_names:
-            raise ValueError(f"--column {state}={column}: {model!r} has no state {state!r}; "
-                             f"its states are {model.state_names}.")
+        if state not in model.observables:
+            raise ValueError(f"--column {state}={column}: {model!r} has no observable {state!r}; "
+                             f"its observables are {model.observables}.")
         if column not in header:
             raise ValueError(f"--column {state}={column}: {path} has no column {column!r} "
                              f"(columns: {header}).")
     if observed is None:  # the mapped states, then the columns named after states
-        observed = list(mapping) + [c for c in header if c in model.state_names
+        observed = list(mapping) + [c for c in header if c in model.observables
                                     and c not in mapping and c not in mapping.values()]
         unused = [c for c in header if c != time_column and c not in observed
                   and c not in mapping.values()]
         if unused and not mapping:  # with a mapping, the columns to use are named
             raise ValueError(f"Columns {unused} are not states of {model!r} "
-                             f"{model.state_names}; name each data column after its state, "
+                             f"{model.observables}; name each data column after its state, "
                              "map it with --column STATE=COLUMN, or choose the observed "
                              "states with --observed.")
     columns = [mapping.get(state, state) for state in observed]
@@ -337,6 +337,97 @@ def _read_table(path, time_column, mapping, model, observed):
     return values[:, 0], values[:, 1:], list(observed), columns, None
 
 
+def _estimate_x0(text, model):
+    """``yes``/``no`` for every state, or ``STATE=yes|no,...`` per state (the others yes)."""
+    words = {"yes": True, "no": False}
+    text = text.strip()
+    if text in words:
+        return words[text]
+    mask = {name: True for name in model.state_names}
+    for item in text.split(","):
+        state, _, word = item.partition("=")
+        state, word = state.strip(), word.strip()
+        if state not in mask or word not in words:
+            raise ValueError(f"--estimate-x0 takes yes, no or STATE=yes|no,... with states "
+                             f"{model.state_names}; got {item!r}.")
+        mask[state] = words[word]
+    return [mask[name] for name in model.state_names]
+
+
+def _read_columns(path):
+    """A CSV file as ``(header, {column: list of cells})`` (comment lines skipped)."""
+    import csv
+
+    with open(path, newline="") as fh:
+        rows = [row for row in csv.reader(fh) if row and not row[0].startswith("#")]
+    if not rows:
+        raise ValueError(f"{path} is empty: it needs a header row and one row per value.")
+    header, body = [c.strip() for c in rows[0]], rows[1:]
+    short = [k + 2 for k, row in enumerate(body) if len(row) != len(header)]
+    if short:
+        raise ValueError(f"{path} row {short[0]} has a different number of cells than "
+                         f"its header {header}; leave a cell empty for a missing value.")
+    return header, {c: [row[j].strip() for row in body] for j, c in enumerate(header)}
+
+
+def _label(cell):
+    """An experiment label: an int when it is one, else the text."""
+    try:
+        return int(cell)
+    except ValueError:
+        return cell
+
+
+def _read_experiments(path, time_column, mapping, model, observed, experiment, dose_table):
+    """``(experiments, observed, columns)`` from a CSV with an experiment column (one row
+    per time and experiment, one column per observable) and an optional dose table."""
+    from .experiment import experiments_from_table
+
+    header, cells = _read_columns(path)
+    for name, what in ((time_column, "time"), (experiment, "experiment")):
+        if name not in header:
+            raise ValueError(f"{path} has no {what} column {name!r} (columns: {header}).")
+    if observed is None:
+        observed = list(mapping) + [c for c in header if c in model.observables
+                                    and c not in mapping and c not in mapping.values()]
+    columns = [mapping.get(name, name) for name in observed]
+    missing = [c for c in columns if c not in header]
+    if missing or not columns:
+        raise ValueError(f"{path} has no column for the observable(s) {missing or observed} "
+                         f"of {model!r} (columns: {header}); map them with --column "
+                         "NAME=COLUMN.")
+    table = {experiment: [_label(c) for c in cells[experiment]],
+             time_column: [_number(c, f"{path} column {time_column!r}")
+                           for c in cells[time_column]]}
+    for name, column in zip(observed, columns):
+        table[name] = [_number(c, f"{path} column {column!r}") for c in cells[column]]
+    doses = None
+    if dose_table:
+        dose_header, dose_cells = _read_columns(dose_table)
+        dose_time = time_column if time_column in dose_header else "time"
+        needed = [experiment, dose_time, "state", "amount"]
+        absent = [c for c in needed if c not in dose_header]
+        if absent:
+            raise ValueError(f"--dose-table {dose_table} needs the columns {needed} (NONMEM "
+                             f"style: experiment, time, state dosed, amount); it has "
+                             f"{dose_header}.")
+        doses = {experiment: [_label(c) for c in dose_cells[experiment]],
+                 dose_time: [_number(c, f"{dose_table} column {dose_time!r}")
+                             for c in dose_cells[dose_time]],
+                 "state": [_label(c) for c in dose_cells["state"]],
+                 "amount": [_number(c, f"{dose_table} column 'amount'")
+                            for c in dose_cells["amount"]]}
+        doses = {k: np.asarray(v, dtype=object if k in (experiment, "state") else float)
+                 for k, v in doses.items()}
+        doses["dose_time"] = dose_time
+    table = {k: np.asarray(v, dtype=object if k == experiment else float)
+             for k, v in table.items()}
+    dose_time = doses.pop("dose_time") if doses else None
+    experiments = experiments_from_table(table, time=time_column, experiment=experiment,
+                                         values=observed, doses=doses, dose_time=dose_time)
+    return experiments, list(observed), columns
+
+
 def _estimator_for(args, model, observed):
     """The estimator ``args`` ask for, in the common vocabulary."""
     from .registry import get_method
@@ -350,9 +441,7 @@ def _estimator_for(args, model, observed):
     if opt("t0") is not None:
         kwargs["t0"] = _number(str(args.t0), "--t0")
     if opt("estimate_x0") is not None:
-        if args.estimate_x0 not in ("yes", "no"):
-            raise ValueError(f"--estimate-x0 takes yes or no, got {args.estimate_x0!r}.")
-        kwargs["estimate_x0"] = args.estimate_x0 == "yes"
+        kwargs["estimate_x0"] = _estimate_x0(args.estimate_x0, model)
     if opt("bounds"):
         kwargs["bounds"] = _bounds(args.bounds, model)
     if opt("positive"):
@@ -405,7 +494,6 @@ def _write_fit(est, path, t, Y, observed, columns, stderr, r2, elapsed):
 def fit_command(args, out=None):
     """Run ``sklode fit``; returns the fitted estimator, with ``cli_problems_``: the
     convergence and poor-fit warnings of the fit (``main`` then exits with status 1)."""
-    from .exceptions import ConvergenceWarning, PoorFitWarning
 
     out = sys.stdout if out is None else out
     model = _model_by_name(args.model)
@@ -414,22 +502,20 @@ def fit_command(args, out=None):
     observed = getattr(args, "observed", None)
     if observed:
         observed = [s.strip() for s in observed.split(",")]
-        unknown = [s for s in observed if s not in model.state_names]
+        unknown = [s for s in observed if s not in model.observables]
         if unknown:
-            raise ValueError(f"--observed {args.observed}: {model!r} has no state(s) "
-                             f"{unknown}; its states are {model.state_names}.")
+            raise ValueError(f"--observed {args.observed}: {model!r} has no "
+                             f"observable(s) {unknown}; its observables are "
+                             f"{model.observables}.")
+    experiment = getattr(args, "experiment", None)
+    if experiment:
+        return _fit_experiments(args, model, mapping, time_column, observed, out)
     t, Y, observed, columns, origin = _read_table(args.csv, time_column, mapping, model,
                                                   observed)
     est = _estimator_for(args, model, observed)
     start = time.process_time()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        est.fit(t, Y)
+    _fit_reporting(est, (t, Y))
     cpu = time.process_time() - start
-    est.cli_problems_ = [f"{w.category.__name__}: {w.message}" for w in caught
-                         if issubclass(w.category, (ConvergenceWarning, PoorFitWarning))]
-    for problem_text in est.cli_problems_:
-        print(f"WARNING {problem_text}", file=sys.stderr)
     stderr = getattr(est, "theta_stderr_", np.full(model.n_params, np.nan))
     mapped = [s if c == s else f"{s} (column {c})" for s, c in zip(observed, columns)]
     print(f"{type(est).__name__} on {args.csv}: {t.size} times, observed {mapped}, model "
@@ -448,6 +534,74 @@ def fit_command(args, out=None):
     if getattr(args, "plot", None):
         _plot_fit(est, t, Y, args.plot)
         print(f"plot written to {args.plot}", file=out)
+    return est
+
+
+def _fit_reporting(est, data):
+    """Fit, printing every sklode warning on stderr; ``est.cli_problems_`` lists those that
+    make ``main`` exit with status 1 (convergence, poor fit, identifiability)."""
+    from .exceptions import ConvergenceWarning, IdentifiabilityWarning, PoorFitWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(*data)
+    shown, problems = set(), []
+    for w in caught:  # sklode's own warnings (and scikit-learn's convergence one), once each
+        if not (w.category.__module__.startswith("sklode")
+                or issubclass(w.category, ConvergenceWarning)):
+            continue
+        text = f"{w.category.__name__}: {w.message}"
+        if text in shown:
+            continue
+        shown.add(text)
+        print(f"WARNING {text}", file=sys.stderr)
+        if issubclass(w.category, (ConvergenceWarning, PoorFitWarning,
+                                   IdentifiabilityWarning)):
+            problems.append(text)
+    est.cli_problems_ = problems
+    return caught
+
+
+def _fit_experiments(args, model, mapping, time_column, observed, out):
+    """``sklode fit --experiment COLUMN``: one fit over every experiment of the table."""
+    experiments, observed, columns = _read_experiments(
+        args.csv, time_column, mapping, model, observed, args.experiment,
+        getattr(args, "dose_table", None))
+    est = _estimator_for(args, model, observed)
+    start = time.process_time()
+    _fit_reporting(est, (experiments,))
+    cpu = time.process_time() - start
+    stderr = est.theta_stderr_
+    n_times = sum(len(e) for e in experiments)
+    print(f"{type(est).__name__} on {args.csv}: {len(experiments)} experiments "
+          f"({args.experiment}), {n_times} times, observed {observed}, model {model!r}",
+          file=out)
+    for i, name in enumerate(model.param_names):
+        print(f"  {name:>10} = {est.theta_[i]:.6g} ± {stderr[i]:.4g} (1 s.e.)", file=out)
+    x0s, t0s = np.reshape(est.x0_, (len(experiments), -1)), np.reshape(est.t0_, -1)
+    for e, x0, t0 in zip(experiments, x0s, t0s):
+        print(f"  x0 of {e.name} at t0={t0:g}: {np.round(x0, 6).tolist()}", file=out)
+    r2 = float(est.score(experiments))
+    nll = getattr(est, "neg_log_likelihood_", np.nan)
+    print(f"  converged: {est.converged_}, iterations: {est.n_iter_}, R^2: {r2:.4f}, "
+          f"-log L: {nll:.6g}, CPU s: {cpu:.3f}", file=out)
+    if getattr(args, "output", None):
+        import json
+
+        names = model.param_names
+        summary = {
+            "method": type(est).__name__, "model": repr(model),
+            "theta": dict(zip(names, map(float, est.theta_))),
+            "theta_stderr": dict(zip(names, map(float, stderr))),
+            "x0": {str(e.name): dict(zip(model.state_names, map(float, x0)))
+                   for e, x0 in zip(experiments, x0s)},
+            "t0": {str(e.name): float(t0) for e, t0 in zip(experiments, t0s)},
+            "observed": observed, "columns": columns, "converged": bool(est.converged_),
+            "neg_log_likelihood": float(nll), "aic": float(est.aic_), "bic": float(est.bic_),
+            "r2": r2, "cpu_s": cpu}
+        with open(args.output, "w") as fh:
+            json.dump(summary, fh, indent=1)
+        print(f"fit written to {args.output}", file=out)
     return est
 
 
@@ -512,8 +666,15 @@ def main(argv=None):
                        help="comma-separated initial state (a guess, or the value with "
                             "--estimate-x0 no; nan: unknown)")
     p_fit.add_argument("--t0", default=None, help="time of x0 (default: the first time)")
-    p_fit.add_argument("--estimate-x0", default=None, choices=["yes", "no"],
-                       help="estimate the initial state (default: yes)")
+    p_fit.add_argument("--estimate-x0", default=None, metavar="yes|no|STATE=yes|no,...",
+                       help="estimate the initial state (default: yes), or per state, e.g. "
+                            "gut=no,central=yes")
+    p_fit.add_argument("--experiment", default=None, metavar="COLUMN",
+                       help="the column naming each row's experiment (subject, well): one fit "
+                            "over all of them, x0 per experiment")
+    p_fit.add_argument("--dose-table", default=None, metavar="FILE",
+                       help="doses (CSV, NONMEM style: the experiment column, time, state, "
+                            "amount); with --experiment")
     p_fit.add_argument("--bounds", action="append", metavar="[NAME=]LO:HI",
                        help="bounds on every parameter, or on one (repeatable); empty: "
                             "unbounded (e.g. beta=0:)")
