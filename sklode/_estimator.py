@@ -644,7 +644,8 @@ def require_state_data(model, data, noise_kind, estimator_name, proportional=Tru
     Parameters
     ----------
     model : ODEModel
-    data : ExperimentData
+    data : ExperimentData or None
+        None: check the model and the settings only (before the data are validated).
     noise_kind : str or dict
     estimator_name : str
     proportional : bool, default=True
@@ -667,7 +668,7 @@ def require_state_data(model, data, noise_kind, estimator_name, proportional=Tru
             f"{estimator_name} takes one noise kind for all states, one of {allowed}; got "
             f"noise_kind={noise_kind!r}. {way} per-observable, 'laplace' and 'log10normal' "
             "errors.")
-    for k, e in enumerate(data.experiments):
+    for k, e in enumerate(data.experiments if data is not None else ()):
         if e.conditions:
             where = f" {e.name!r}" if e.name is not None else f" {k}"
             raise ValueError(

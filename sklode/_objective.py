@@ -20,6 +20,8 @@ import logging
 import numpy as np
 
 from ._initial_state import start_from_data
+from ._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
+from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
 from ._validation import (
     NOISE_KINDS,
     check_experiments,
@@ -28,10 +30,8 @@ from ._validation import (
     check_theta0,
     condition_map,
 )
-from ._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
 from .exceptions import IntegrationError
 from .models import check_model
-from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
 
 __all__ = ["NOISE_KINDS", "ExperimentsObjective", "LeastSquaresObjective", "build_objective",
            "objective_for_experiment", "objective_for_experiments",

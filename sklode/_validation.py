@@ -748,7 +748,7 @@ def _experiment_settings(given, model, x0, t0):
     return rows, times
 
 
-def _experiment_extras(given, model, Y, order, t0, where):
+def _experiment_extras(given, model, Y, order, where):
     """The validated per-experiment fields of an :class:`sklode.Experiment`: sigma (in the
     sorted order), doses with state indices, conditions, name."""
     extra = {"name": given.name}
@@ -903,10 +903,10 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         t0_values = [float(v) for v in t0_arr]
     objects = (given if isinstance(given, list) else [given]) if given is not None else None
     experiments = []
-    for k, ((ti, Yi, mi, order), t0k) in enumerate(zip(checked, t0_values)):
+    for k, ((ti, Yi, mi, (_, order)), t0k) in enumerate(zip(checked, t0_values)):
         where = f" of experiment {k}" if several else ""
         extra = ({} if objects is None else
-                 _experiment_extras(objects[k], model, Yi, order, t0k, where))
+                 _experiment_extras(objects[k], model, Yi, order, where))
         first = min([ti[0]] + [d[0] for d in extra.get("doses", ())])
         if t0k > first:
             raise ValueError(f"t0={t0k:g} is after the first observation (or dose) time{where} "

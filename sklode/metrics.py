@@ -5,6 +5,9 @@
 * seed 001 (WENDy): relative coefficient error ``E2 = ||w_hat - w||_2 / ||w||_2`` and the
   relative forward-simulation error ``E_FS = ||U_hat - U||_F / ||U||_F``;
 * seed 002 (adjoint): relative parameter error per component ``|theta_hat - theta| / |theta|``.
+
+and the negative log-likelihood of a fitted estimator's data at any parameters
+(:func:`neg_log_likelihood`, PEtab's convention: the number ``neg_log_likelihood_`` reports).
 """
 
 import numpy as np
@@ -16,6 +19,7 @@ __all__ = [
     "prediction_error",
     "estimation_error",
     "forward_simulation_error",
+    "neg_log_likelihood",
 ]
 
 
@@ -149,3 +153,58 @@ def forward_simulation_error(X_true, X_simulated):
     """
     a, b = _pair(X_true, X_simulated, "forward_simulation_error")
     return float(np.linalg.norm(b - a) / np.linalg.norm(a))
+
+
+def neg_log_likelihood(estimator, t, Y=None, theta=None):
+    """``-log L`` of data under a fitted estimator's observation and noise model.
+
+    The same number as the estimator's ``neg_log_likelihood_`` at ``theta=None`` on the data
+    it was fitted to; at another ``theta`` the likelihood of the same model there (each
+    experiment integrated from the fitted ``x0_``, its doses and conditions applied). PEtab's
+    convention: every constant included (``1/2 log(2 pi sigma^2)`` per observation, the
+    log-scale Jacobian ``log y``), so values compare with AMICI's and pyPESTO's. With no
+    known noise level (``sigma=None`` and no ``noise_sd``), one scale per observable is the
+    maximum-likelihood one at ``theta``.
+
+    Parameters
+    ----------
+    estimator : fitted sklode estimator
+        Gives the model, the observed columns, ``sigma``, ``noise_kind`` and ``x0_``.
+    t : array-like, list of arrays, Experiment or list of Experiment
+        The data, as for ``fit``.
+    Y : array-like or list of them, optional
+        Observations, when ``t`` holds times.
+    theta : array-like of shape (n_params,), optional
+        Parameters (default: the fitted ``theta_``).
+
+    Returns
+    -------
+    float
+        ``inf`` where the model cannot be integrated or the likelihood is undefined.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklode import AdjointODE
+    >>> from sklode.datasets import make_trajectory
+    >>> from sklode.metrics import neg_log_likelihood
+    >>> d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    >>> est = AdjointODE(d.problem.model, theta0=(2, 1, 4, 1), sigma=0.1).fit(d.t, d.Y)
+    >>> bool(np.isclose(neg_log_likelihood(est, d.t, d.Y), est.neg_log_likelihood_))
+    True
+    """
+    from sklearn.utils.validation import check_is_fitted
+
+    from ._estimator import likelihood_attributes
+
+    check_is_fitted(estimator)
+    data = estimator._scoring_data(t, Y)
+    theta = estimator.theta_ if theta is None else np.asarray(theta, dtype=np.float64)
+    x0s = np.reshape(estimator.x0_, (-1, estimator.model.n_states))
+    if x0s.shape[0] != data.n_experiments:
+        raise ValueError(f"The estimator was fitted on {x0s.shape[0]} experiment(s) but "
+                         f"received {data.n_experiments}: pass the data it was fitted to.")
+    return likelihood_attributes(estimator.model, theta, data, x0s,
+                                 estimator._simulation_options(), sigma=estimator.sigma,
+                                 noise_kind=estimator.noise_kind, n_fitted=0
+                                 )["neg_log_likelihood_"]

@@ -10,7 +10,12 @@ from numpy.testing import assert_allclose
 from sklode import AdjointODE, BCDProxODE, WENDyODE
 from sklode.adjoint import OPTIMIZERS
 from sklode.datasets import make_trajectory
-from sklode.exceptions import ConvergenceWarning, DivergenceError, IntegrationError, SklodeError
+from sklode.exceptions import (
+    ConvergenceWarning,
+    DivergenceError,
+    IntegrationError,
+    SklodeError,
+)
 from sklode.models import LotkaVolterra
 
 ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]

@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from sklode.bcdprox.multistep import ab_integrate, ab_residual, adams_bashforth_coefficients
+from sklode.bcdprox.multistep import (
+    ab_integrate,
+    ab_residual,
+    adams_bashforth_coefficients,
+)
 
 TEXTBOOK = {
     1: [1.0],

@@ -9,9 +9,9 @@
   forward trajectory.
 """
 
-from ._estimator import AdjointODE
 from .._objective import NOISE_KINDS, LeastSquaresObjective, build_objective
 from .._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
+from ._estimator import AdjointODE
 from ._solver import OPTIMIZERS, AdjointResult, adjoint_solve
 
 __all__ = ["NOISE_KINDS", "OPTIMIZERS", "AdjointODE", "AdjointResult", "LeastSquaresObjective",

@@ -20,6 +20,7 @@ from .._estimator import (
     likelihood_attributes,
     warn_not_converged,
 )
+from .._objective import NOISE_KINDS, objective_for_experiments
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
 from .._validation import bounds_with_positivity, check_bounds, check_fixed
 from ..exceptions import (
@@ -29,7 +30,6 @@ from ..exceptions import (
     SklodeError,
     warn,
 )
-from .._objective import NOISE_KINDS, objective_for_experiments
 from ._profile import profile_interval
 from ._solver import OPTIMIZERS, adjoint_solve
 

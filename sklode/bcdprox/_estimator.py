@@ -26,8 +26,14 @@ from .._estimator import (
 from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
 from ..exceptions import PoorFitWarning, warn
+from ..models import check_model
 from ._solver import bcd_prox_solve
-from ._start import decoupled_hidden_states, observed_entries, start_states, with_substeps
+from ._start import (
+    decoupled_hidden_states,
+    observed_entries,
+    start_states,
+    with_substeps,
+)
 from .multistep import ab_integrate
 
 __all__ = ["BCDProxODE"]
@@ -369,8 +375,9 @@ class BCDProxODE(ODEEstimator):
         self : BCDProxODE
             The fitted estimator.
         """
-        given = self._validate_data(t, Y)
         name = type(self).__name__
+        require_state_data(check_model(self.model), None, self.noise_kind, name)
+        given = self._validate_data(t, Y)
         model = self.model
         require_state_data(model, given, self.noise_kind, name)
         split = DoseSplit(given, name, self._min_samples(), node_at_t0=True)

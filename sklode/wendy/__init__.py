@@ -7,9 +7,9 @@
   building blocks: the noise filter, the radius rule, the orthonormal test functions.
 """
 
+from .._noise import estimate_noise
 from ._estimator import WENDyODE
 from ._irls import WENDyResult, wendy_solve
-from .._noise import estimate_noise
 from ._testfunctions import select_min_radius, test_function_matrices
 
 __all__ = ["WENDyODE", "WENDyResult", "estimate_noise", "select_min_radius",

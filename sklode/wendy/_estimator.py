@@ -30,10 +30,11 @@ from .._initial_state import (
     shooting_window,
     smoothed_x0,
 )
+from .._noise import MIN_SAMPLES
 from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
+from ..models import check_model
 from ._irls import wendy_solve
-from .._noise import MIN_SAMPLES
 from ._testfunctions import MAX_TEST_FUNCTIONS
 
 __all__ = ["WENDyODE"]
@@ -292,8 +293,9 @@ class WENDyODE(ODEEstimator):
         self : WENDyODE
             The fitted estimator.
         """
-        given = self._validate_data(t, Y)
         name = type(self).__name__
+        require_state_data(check_model(self.model), None, self.noise_kind, name)
+        given = self._validate_data(t, Y)
         require_state_data(self.model, given, self.noise_kind, name)
         require_observed(given, name, "the weak form integrates every state's equation "
                          "against the data")

@@ -30,6 +30,7 @@ from scipy.linalg import block_diag, solve_triangular
 from scipy.optimize import least_squares, lsq_linear
 from scipy.stats import shapiro
 
+from .._noise import estimate_noise
 from ..exceptions import DivergenceError
 from ._covariance import (
     covariance_blocks,
@@ -38,9 +39,12 @@ from ._covariance import (
     score_bias,
     whiten,
 )
-from .._noise import estimate_noise
 from ._smoothing import decorrelated_states
-from ._testfunctions import MAX_TEST_FUNCTIONS, select_min_radius, test_function_matrices
+from ._testfunctions import (
+    MAX_TEST_FUNCTIONS,
+    select_min_radius,
+    test_function_matrices,
+)
 
 __all__ = ["LinearWeakForm", "NonlinearWeakForm", "WENDyResult", "wendy_solve"]
 

@@ -1,0 +1,85 @@
+"""Models with observables, modelled noise, doses and conditions, shared by the tests of the
+observation layer (module level, so that they pickle)."""
+
+import numpy as np
+import torch
+
+import sklode
+from sklode import Experiment, simulate
+
+
+class OralPK(sklode.ODEModel):
+    """Oral absorption read as a concentration, combined additive + proportional error."""
+
+    state_names = ("gut", "central")
+    param_names = ("ka", "ke", "V", "a", "b")
+    observable_names = ("conc",)
+    default_theta = (1.0, 0.2, 20.0, 0.3, 0.2)
+
+    def rhs(self, t, x, theta):
+        ka, ke = theta[0], theta[1]
+        return torch.stack([-ka * x[..., 0], ka * x[..., 0] - ke * x[..., 1]], dim=-1)
+
+    def observe(self, t, x, theta):
+        return x[..., 1:2] / theta[2]
+
+    def noise_sd(self, t, y, theta):
+        return theta[3] + theta[4] * y
+
+
+class TwoStates(sklode.ODEModel):
+    """A -> B -> out, both observed: every method can fit it."""
+
+    state_names = ("A", "B")
+    param_names = ("k1", "k2")
+    default_theta = (0.5, 0.2)
+
+    def rhs(self, t, x, theta):
+        return torch.stack([-theta[0] * x[..., 0],
+                            theta[0] * x[..., 0] - theta[1] * x[..., 1]], dim=-1)
+
+
+class TwoConditionLV(sklode.ODEModel):
+    """Lotka-Volterra with a second prey growth rate ``a_2`` for a second condition."""
+
+    state_names = ("prey", "predator")
+    param_names = ("a", "b", "c", "d", "a_2")
+    default_theta = (2.0, 1.0, 4.0, 1.0, 2.0)
+
+    def rhs(self, t, x, theta):
+        a, b, c, d = theta[0], theta[1], theta[2], theta[3]
+        prey, pred = x[..., 0], x[..., 1]
+        return torch.stack([a * prey - b * prey * pred, -c * pred + d * prey * pred], dim=-1)
+
+
+PK_TRUTH = np.array([1.2, 0.15, 30.0, 0.2, 0.1])
+PK_TIMES = np.array([0.25, 0.5, 1, 2, 4, 6, 8, 12.5, 13, 14, 16, 20, 24])
+
+
+def pk_experiments(seed=0, subjects=(320.0, 250.0, 400.0)):
+    """Seeded data of ``OralPK`` at ``PK_TRUTH``: one subject per dose, dosed at 0 and 12 h."""
+    rng = np.random.default_rng(seed)
+    model, out = OralPK(), []
+    for k, dose in enumerate(subjects):
+        doses = [(0.0, "gut", dose), (12.0, "gut", dose)]
+        X = simulate(model, PK_TRUTH, [0, 0], PK_TIMES, t0=0.0,
+                     doses=[(a, 0, c) for a, _, c in doses])
+        conc = X[:, 1] / PK_TRUTH[2]
+        y = conc + (PK_TRUTH[3] + PK_TRUTH[4] * conc) * rng.standard_normal(conc.size)
+        out.append(Experiment(PK_TIMES, y[:, None], x0=[0.0, 0.0], t0=0.0, doses=doses,
+                              name=f"subject {k + 1}"))
+    return out
+
+
+def two_state_experiments(seed=1, noise=0.05):
+    """``TwoStates`` at k = (0.8, 0.3), two experiments dosed into A at 0 and 10 h."""
+    rng = np.random.default_rng(seed)
+    model, out = TwoStates(), []
+    t = np.linspace(0.25, 20, 80)
+    for _ in range(2):
+        doses = [(0.0, "A", 10.0), (10.0, "A", 8.0)]
+        X = simulate(model, [0.8, 0.3], [0, 0], t, t0=0.0,
+                     doses=[(a, 0, c) for a, _, c in doses])
+        out.append(Experiment(t, X + noise * rng.standard_normal(X.shape), x0=[0.0, 0.0],
+                              t0=0.0, doses=doses))
+    return out

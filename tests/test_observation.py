@@ -1,0 +1,290 @@
+"""The observation layer: observables, noise models with parameters, the likelihood, doses
+and conditions, on all three estimators (what each supports, and what each refuses)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from observation_models import (
+    PK_TRUTH,
+    OralPK,
+    TwoConditionLV,
+    TwoStates,
+    pk_experiments,
+    two_state_experiments,
+)
+from scipy import stats
+
+from sklode import AdjointODE, BCDProxODE, Experiment, WENDyODE, simulate
+from sklode._likelihood import neg_log_likelihood_terms
+from sklode._objective import objective_for_experiments
+from sklode._sensitivity import forward_trajectory, sensitivities
+from sklode._validation import check_experiments
+from sklode.metrics import neg_log_likelihood
+
+
+def _quiet(est, *data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(*data)
+
+
+# ----------------------------------------------------------------------------- likelihood
+def test_every_noise_kind_is_the_log_density_of_its_distribution():
+    # The reference is scipy.stats, an implementation independent of ours; exact to rounding.
+    rng = np.random.default_rng(0)
+    y, h, s = rng.uniform(0.5, 3, (7, 1)), rng.uniform(0.5, 3, (7, 1)), rng.uniform(0.1, 1, (7, 1))
+    expected = {
+        "absolute": -stats.norm.logpdf(y, h, s),
+        "laplace": -stats.laplace.logpdf(y, h, s),
+        "lognormal": -stats.lognorm.logpdf(y, s, scale=h),
+        # log10 y ~ N(log10 h, s): the density of y carries 1 / (y ln 10)
+        "log10normal": -(stats.norm.logpdf(np.log10(y), np.log10(h), s)
+                         - np.log(y * np.log(10))),
+    }
+    for kind, reference in expected.items():
+        assert_allclose(neg_log_likelihood_terms(y, h, s, (kind,)), reference, rtol=1e-12)
+
+
+def test_sum_of_squares_rows_equal_the_likelihood_up_to_a_constant():
+    # Minimising 1/2 ||R||^2 is maximising L only if the difference is the same everywhere.
+    model = OralPK()
+    data = check_experiments(pk_experiments(), None, model=model, estimate_x0=False,
+                             x0=[0, 0], t0=0.0, estimator_name="test")
+    objective, _ = objective_for_experiments(model, data, theta0=PK_TRUTH,
+                                             noise_kind="absolute", rtol=1e-11, atol=1e-13)
+    differences = []
+    for factor in (1.0, 1.3, 0.7):
+        theta = PK_TRUTH * factor
+        u = objective.to_u(theta)
+        est_nll = sum(_nll_at(model, e, theta) for e in data.experiments)
+        differences.append(objective.cost(u) - est_nll)
+    # both solves at rtol <= 1e-10: the difference agrees to 1e-8 of the cost
+    assert np.ptp(differences) < 1e-8 * abs(differences[0])
+
+
+def _nll_at(model, experiment, theta):
+    X = simulate(model, theta, experiment.x0, experiment.t, t0=experiment.t0,
+                 doses=experiment.doses, rtol=1e-11, atol=1e-13)
+    h = X[:, 1:2] / theta[2]
+    return float(np.sum(neg_log_likelihood_terms(experiment.Y, h, theta[3] + theta[4] * h,
+                                                 ("absolute",))))
+
+
+@pytest.mark.parametrize("noise_kind", ["absolute", "laplace", "lognormal", "log10normal"])
+def test_jacobian_and_adjoint_gradient_match_finite_differences(noise_kind):
+    # Doses, a modelled noise and an observable at once: the chain rule through all three.
+    model = OralPK()
+    data = check_experiments(pk_experiments()[:2], None, model=model, estimate_x0=False,
+                             x0=[0, 0], t0=0.0, estimator_name="test")
+    objective, u = objective_for_experiments(model, data, theta0=PK_TRUTH * 1.1,
+                                             noise_kind=noise_kind, rtol=1e-11, atol=1e-13)
+    J = objective.jacobian(u)
+    value, grad_adjoint = objective.value_and_grad(u, "adjoint")
+    step = 1e-6
+    fd = np.column_stack([(objective.residual(u + step * e) - objective.residual(u - step * e))
+                          / (2 * step) for e in np.eye(u.size)])
+    # central differences on a 1e-11 solve: accurate to ~1e-6 of the largest entry
+    assert_allclose(J, fd, atol=2e-6 * np.abs(fd).max())
+    assert_allclose(grad_adjoint, J.T @ objective.residual(u), rtol=1e-6,
+                    atol=1e-8 * np.abs(grad_adjoint).max())
+
+
+def test_sensitivities_are_continuous_across_a_dose():
+    model = TwoStates()
+    t = np.linspace(0.5, 12, 24)
+    doses = [(3.0, 0, 2.0), (6.0, 1, 1.0)]
+    traj = forward_trajectory(model, np.array([0.8, 0.3]), np.array([1.0, 0.5]), 0.0, t,
+                              integrator="LSODA", rtol=1e-11, atol=1e-13, doses=doses)
+    S = sensitivities(model, np.array([0.8, 0.3]), traj)
+    step = 1e-6
+    for j in range(4):
+        x0, theta = np.array([1.0, 0.5]), np.array([0.8, 0.3])
+        lo, hi = (x0.copy(), theta.copy()), (x0.copy(), theta.copy())
+        target = 0 if j < 2 else 1
+        lo[target][j % 2] -= step
+        hi[target][j % 2] += step
+        diff = (simulate(model, hi[1], hi[0], t, t0=0.0, doses=doses, rtol=1e-12, atol=1e-13)
+                - simulate(model, lo[1], lo[0], t, t0=0.0, doses=doses, rtol=1e-12,
+                           atol=1e-13)) / (2 * step)
+        assert_allclose(S[:, :, j], diff, atol=1e-6)  # central differences of 1e-12 solves
+
+
+# ----------------------------------------------------------------------------- recovery
+def test_adjoint_recovers_pk_parameters_with_a_fitted_combined_error():
+    est = _quiet(AdjointODE(OralPK(), estimate_x0=False, positive=True,
+                            theta0=(0.8, 0.25, 20.0, 0.3, 0.2)), pk_experiments())
+    z = (est.theta_ - PK_TRUTH) / est.theta_stderr_
+    # 39 concentrations: every parameter within 3 standard errors of the truth (a 99.7 %
+    # event each); the structural ones within 12 % (their standard errors are 5-8 %).
+    assert np.all(np.abs(z) < 3), z
+    assert_allclose(est.theta_[:3], PK_TRUTH[:3], rtol=0.12)
+    assert est.converged_ and np.isfinite(est.neg_log_likelihood_)
+    n = sum(len(e) for e in pk_experiments())
+    assert est.aic_ == pytest.approx(2 * est.neg_log_likelihood_ + 2 * 5)
+    assert est.bic_ == pytest.approx(2 * est.neg_log_likelihood_ + np.log(n) * 5)
+
+
+def test_likelihood_from_metrics_is_the_estimators_at_the_fit_and_larger_elsewhere():
+    experiments = pk_experiments()
+    est = _quiet(AdjointODE(OralPK(), estimate_x0=False, positive=True,
+                            theta0=(0.8, 0.25, 20.0, 0.3, 0.2)), experiments)
+    assert neg_log_likelihood(est, experiments) == pytest.approx(est.neg_log_likelihood_,
+                                                                  rel=1e-10)
+    # the fit is the maximum: any other theta has a larger -log L
+    for factor in (1.02, 0.98):
+        assert neg_log_likelihood(est, experiments, theta=est.theta_ * factor) > \
+            est.neg_log_likelihood_
+
+
+def test_a_hidden_state_starting_at_zero_does_not_block_log_normal_noise():
+    rng = np.random.default_rng(3)
+    experiments = []
+    for e in pk_experiments():
+        X = simulate(OralPK(), PK_TRUTH, [0, 0], e.t, t0=0.0,
+                     doses=[(a, 0, c) for a, _, c in e.doses])
+        conc = X[:, 1:2] / PK_TRUTH[2]
+        experiments.append(Experiment(e.t, conc * np.exp(0.1 * rng.standard_normal(conc.shape)),
+                                      x0=[0, 0], t0=0.0, doses=e.doses))
+
+    class LogPK(OralPK):
+        param_names = ("ka", "ke", "V", "s")
+        default_theta = (1.0, 0.2, 20.0, 0.3)
+
+        def noise_sd(self, t, y, theta):
+            return theta[3] * y / y
+
+    est = _quiet(AdjointODE(LogPK(), estimate_x0=False, positive=True, noise_kind="lognormal"),
+                 experiments)
+    assert_allclose(est.theta_[:3], PK_TRUTH[:3], rtol=0.1)  # 39 values at 10 % noise
+    assert est.theta_[3] == pytest.approx(0.1, rel=0.3)  # sd of log from 39 residuals
+
+
+def test_two_conditions_share_all_but_one_parameter():
+    rng = np.random.default_rng(5)
+    t = np.linspace(0.1, 4, 40)
+    truth = np.array([2.0, 1.0, 4.0, 1.0, 3.0])
+    experiments = []
+    for a, conditions in ((2.0, None), (3.0, {"a": "a_2"})):
+        X = simulate(TwoConditionLV(), [a, 1, 4, 1, 0], [5, 3], t, t0=0.0)
+        experiments.append(Experiment(t, X + 0.1 * rng.standard_normal(X.shape), x0=[5, 3],
+                                      t0=0.0, conditions=conditions))
+    est = _quiet(AdjointODE(TwoConditionLV(), estimate_x0=False, sigma=0.1), experiments)
+    assert_allclose(est.theta_, truth, rtol=0.03)  # 160 values at 0.1 noise: 1-2 % errors
+    # predict replays each fitted experiment's condition
+    second = est.predict([t, t])[1]
+    assert_allclose(second, simulate(TwoConditionLV(), [est.theta_[4], *est.theta_[1:]],
+                                     [5, 3], t, t0=0.0), rtol=1e-6)
+    # a numeric condition holds a known setting
+    known = [Experiment(e.t, e.Y, x0=[5, 3], t0=0.0, conditions=c)
+             for e, c in zip(experiments, ({"a": 2.0}, {"a": 3.0}))]
+    fixed_a = _quiet(AdjointODE(TwoConditionLV(), estimate_x0=False, sigma=0.1,
+                                fixed={"a": 2.0, "a_2": 0.0}), known)
+    assert_allclose(fixed_a.theta_[1:4], truth[1:4], rtol=0.03)
+
+
+@pytest.mark.parametrize("Estimator", [AdjointODE, BCDProxODE, WENDyODE])
+def test_every_estimator_fits_through_doses(Estimator):
+    est = _quiet(Estimator(TwoStates(), estimate_x0=False), two_state_experiments())
+    # 320 values at 0.05 noise: AdjointODE and WENDy within 1 %, BCD-prox's multistep
+    # residual on a 0.25-h grid within 3 %
+    assert_allclose(est.theta_, [0.8, 0.3], rtol=0.03)
+    assert est.score(two_state_experiments()) > 0.99
+    assert np.isfinite(est.neg_log_likelihood_)
+    assert np.shape(est.x0_) == (2, 2)
+
+
+def test_a_dose_before_the_first_sample_needs_no_hand_made_row():
+    # A dose at 0 h, first sample at 0.25 h: BCD-prox adds the node at t0, WENDy shoots x0
+    # from it, AdjointODE integrates from it.
+    rng = np.random.default_rng(2)
+    t = np.linspace(0.25, 12, 48)
+    X = simulate(TwoStates(), [0.8, 0.3], [0, 0], t, t0=0.0, doses=[(0.0, 0, 10.0)])
+    exp = Experiment(t, X + 0.05 * rng.standard_normal(X.shape), x0=[0, 0],
+                     doses=[(0.0, "A", 10.0)])
+    for Estimator in (AdjointODE, BCDProxODE, WENDyODE):
+        est = _quiet(Estimator(TwoStates(), estimate_x0=False), exp)
+        assert est.t0_ == 0.0
+        assert_allclose(est.x0_, [0, 0])
+        assert_allclose(est.theta_, [0.8, 0.3], rtol=0.05)  # 96 values at 0.05 noise
+
+
+# ----------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE])
+def test_grid_methods_refuse_what_only_a_forward_likelihood_fits(Estimator):
+    with pytest.raises(ValueError, match="reads its data through observe.*Use AdjointODE"):
+        Estimator(OralPK()).fit(pk_experiments())
+
+    class Noisy(TwoStates):
+        def noise_sd(self, t, y, theta):
+            return 0.1 * y
+
+    with pytest.raises(ValueError, match="not from a model's noise_sd. Use AdjointODE"):
+        Estimator(Noisy(), estimate_x0=False).fit(two_state_experiments())
+    exps = [Experiment(e.t, e.Y, x0=[0, 0], t0=0.0, conditions={"k1": 0.5})
+            for e in two_state_experiments()]
+    with pytest.raises(ValueError, match=r"conditions=\{'k1': 0.5\}.*Use AdjointODE"):
+        Estimator(TwoStates(), estimate_x0=False).fit(exps)
+    with pytest.raises(ValueError, match="got noise_kind='laplace'. Use AdjointODE"):
+        Estimator(TwoStates(), estimate_x0=False, noise_kind="laplace").fit(
+            two_state_experiments())
+
+
+def test_lognormal_messages_do_not_send_the_user_back_and_forth():
+    # BCD-prox refuses 'proportional', so its lognormal message must not suggest it.
+    exps = two_state_experiments()
+    with pytest.raises(ValueError) as info:
+        BCDProxODE(TwoStates(), estimate_x0=False, noise_kind="lognormal").fit(exps)
+    assert "proportional" not in str(info.value) and "AdjointODE" in str(info.value)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda e: Experiment(e.t, e.Y, doses=[(0.0, "liver", 1.0)]), "names the state 'liver'"),
+    (lambda e: Experiment(e.t, e.Y, conditions={"kk": 1.0}), "set 'kk', which is not a"),
+    (lambda e: Experiment(e.t, e.Y, conditions={"k1": "k9"}), "read 'k1' from 'k9'"),
+    (lambda e: Experiment(e.t, e.Y, doses=[(0.0, "A")]), r"is \(time, state, amount\)"),
+    (lambda e: Experiment(e.t, e.Y, t0=1.0, doses=[(0.5, "A", 1.0)]),
+     "t0=1 is after the first observation \\(or dose\\) time"),
+])
+def test_bad_experiments_are_refused_by_name(make, match):
+    with pytest.raises(ValueError, match=match):
+        AdjointODE(TwoStates()).fit([make(e) for e in two_state_experiments()])
+
+
+def test_experiments_carry_their_own_y():
+    with pytest.raises(ValueError, match="carry their own Y"):
+        AdjointODE(TwoStates()).fit(two_state_experiments(), [np.zeros((80, 2))] * 2)
+
+
+def test_a_known_sigma_may_be_nan_where_y_is():
+    e = two_state_experiments()[0]
+    Y = e.Y.copy()
+    Y[::5, 1] = np.nan
+    sigma = np.full(Y.shape, 0.05)
+    sigma[::5, 1] = np.nan
+    est = _quiet(AdjointODE(TwoStates(), estimate_x0=False),
+                 Experiment(e.t, Y, x0=[0, 0], t0=0.0, doses=e.doses, sigma=sigma))
+    assert_allclose(est.theta_, [0.8, 0.3], rtol=0.02)
+    sigma[0, 0] = np.nan  # where Y is observed: refused, naming the entry
+    with pytest.raises(ValueError, match="NaN is allowed only where Y is NaN"):
+        AdjointODE(TwoStates(), estimate_x0=False).fit(
+            Experiment(e.t, Y, x0=[0, 0], t0=0.0, doses=e.doses, sigma=sigma))
+
+
+def test_a_model_with_observe_needs_observable_names():
+    from sklode.exceptions import ModelError
+
+    class NoNames(TwoStates):
+        def observe(self, t, x, theta):
+            return x[..., :1]
+
+    with pytest.raises(ModelError, match="defines observe.*but no observable_names"):
+        AdjointODE(NoNames()).fit(two_state_experiments())
+
+    class WrongShape(OralPK):
+        def observe(self, t, x, theta):
+            return x
+
+    with pytest.raises(ModelError, match=r"observe returned \(3, 2\) for a batch"):
+        AdjointODE(WrongShape()).fit(pk_experiments())
