@@ -304,8 +304,9 @@ def _read_table(path, time_column, mapping, model, observed):
                          "empty for a missing value.")
     for state, column in mapping.items():
         if state not in model.observables:
-            raise ValueError(f"--column {state}={column}: {model!r} has no observable {state!r}; "
-                             f"its observables are {model.observables}.")
+            what = "observable" if model.has_observation_model else "state"
+            raise ValueError(f"--column {state}={column}: {model!r} has no {what} {state!r}; "
+                             f"its {what}s are {model.observables}.")
         if column not in header:
             raise ValueError(f"--column {state}={column}: {path} has no column {column!r} "
                              f"(columns: {header}).")
@@ -504,9 +505,9 @@ def fit_command(args, out=None):
         observed = [s.strip() for s in observed.split(",")]
         unknown = [s for s in observed if s not in model.observables]
         if unknown:
-            raise ValueError(f"--observed {args.observed}: {model!r} has no "
-                             f"observable(s) {unknown}; its observables are "
-                             f"{model.observables}.")
+            what = "observable" if model.has_observation_model else "state"
+            raise ValueError(f"--observed {args.observed}: {model!r} has no {what}(s) "
+                             f"{unknown}; its {what}s are {model.observables}.")
     experiment = getattr(args, "experiment", None)
     if experiment:
         return _fit_experiments(args, model, mapping, time_column, observed, out)

@@ -20,6 +20,7 @@ __all__ = [
     "estimation_error",
     "forward_simulation_error",
     "neg_log_likelihood",
+    "experiment_scorer",
 ]
 
 
@@ -208,3 +209,69 @@ def neg_log_likelihood(estimator, t, Y=None, theta=None):
                                  estimator._simulation_options(), sigma=estimator.sigma,
                                  noise_kind=estimator.noise_kind, n_fitted=0
                                  )["neg_log_likelihood_"]
+
+
+class _ExperimentScorer:
+    """A scikit-learn scorer over experiments: observed entries stacked, then the metric."""
+
+    def __init__(self, name, metric, sign, kwargs):
+        self.name, self.metric, self.sign, self.kwargs = name, metric, sign, kwargs
+
+    def __call__(self, estimator, t, Y=None):
+        from .experiment import Experiment
+
+        given = t if isinstance(t, (list, tuple)) else [t]
+        if given and isinstance(given[0], Experiment):
+            Y_true, Y_pred = estimator._experiment_predictions(list(given))
+        else:
+            arrays = [np.asarray(y, dtype=np.float64) for y in
+                      (Y if isinstance(t, (list, tuple)) else [Y])]
+            predictions = estimator.predict(t)
+            predictions = predictions if isinstance(t, (list, tuple)) else [predictions]
+            Y_true = np.vstack([a.reshape(len(a), -1) for a in arrays])
+            Y_pred = np.vstack([np.reshape(p, (len(p), -1)) for p in predictions])
+        observed = np.isfinite(Y_true).all(axis=1)  # complete rows: every metric's input
+        return self.sign * float(self.metric(Y_true[observed], Y_pred[observed],
+                                             **self.kwargs))
+
+    def __repr__(self):
+        return f"experiment_scorer({self.name!r})"
+
+
+def experiment_scorer(scoring):
+    """Any scikit-learn regression scorer, for data given as experiments.
+
+    scikit-learn's scorers compare ``predict(X)`` with ``y`` array to array; a list of
+    experiments (ragged times, or :class:`~sklode.Experiment` objects that carry their own
+    observations) is neither, so ``cross_val_score(..., scoring="neg_root_mean_squared_error")``
+    fails on it. This wraps the same metric: each experiment is predicted (fitted ones from
+    their ``x0_``, new ones from their known initial state, or with their initial state
+    refitted, as :meth:`score` does), the rows with every column observed are stacked, and
+    the metric is applied with scikit-learn's sign.
+
+    Parameters
+    ----------
+    scoring : str
+        A scikit-learn scorer name, e.g. ``"neg_root_mean_squared_error"``, ``"r2"``,
+        ``"neg_mean_absolute_error"``.
+
+    Returns
+    -------
+    callable
+        ``scorer(estimator, experiments)`` or ``scorer(estimator, t_list, Y_list)``, for the
+        ``scoring=`` argument of ``cross_val_score``, ``GridSearchCV`` and friends.
+
+    Examples
+    --------
+    >>> from sklode.metrics import experiment_scorer
+    >>> experiment_scorer("neg_root_mean_squared_error")
+    experiment_scorer('neg_root_mean_squared_error')
+    """
+    from sklearn.metrics import get_scorer
+
+    base = get_scorer(scoring)
+    metric = getattr(base, "_score_func", None)
+    if metric is None:
+        raise ValueError(f"scoring={scoring!r} is not a metric scorer of scikit-learn.")
+    return _ExperimentScorer(scoring, metric, getattr(base, "_sign", 1),
+                             dict(getattr(base, "_kwargs", {})))

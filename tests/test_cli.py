@@ -212,3 +212,55 @@ def test_a_date_column_is_read_as_days_since_its_first_date(flu_files, capsys):
     assert main(["fit", "gap.csv", "--model", "sir_model.py:SICR", "--column", "t=date",
                  "--column", "I=in_bed", "--column", "C=convalescent"]) == 2
     assert "gap.csv column 'date': row 3 has no date" in capsys.readouterr().err
+
+
+def test_fit_experiment_column_with_a_dose_table_equals_the_python_api(tmp_path, capsys):
+    # The shipped indomethacin table (six subjects) and a NONMEM-style dose table: the pooled
+    # fit from the command line is the Python API's (same data, settings and start).
+    import json
+
+    from sklode import AdjointODE
+    from sklode.datasets import load_indomethacin
+    from sklode.models import TwoCompartmentIV
+
+    data = load_indomethacin()
+    csv = tmp_path / "indo.csv"
+    rows = ["subject,time,conc"] + [f"{s},{t},{c}" for s, t, c in zip(
+        data.table["subject"], data.table["time"], data.table["conc"])]
+    csv.write_text("\n".join(rows) + "\n")
+    doses = tmp_path / "doses.csv"
+    doses.write_text("subject,time,state,amount\n"
+                     + "".join(f"{k},0,central,1\n" for k in range(1, 7)))
+    output = tmp_path / "fit.json"
+    start = "0.5,0.5,0.5,1,0.05,0.1"
+    assert main(["fit", str(csv), "--model", "TwoCompartmentIV", "--time-column", "time",
+          "--experiment", "subject", "--dose-table", str(doses), "--x0", "0,0", "--t0", "0",
+          "--estimate-x0", "central=no,peripheral=no", "--positive", "--theta0", start,
+          "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "6 experiments (subject)" in printed and "x0 of 6 at t0=0" in printed
+    est = AdjointODE(TwoCompartmentIV(), x0=[0, 0], t0=0.0, estimate_x0=False, positive=True,
+                     theta0=[float(v) for v in start.split(",")]).fit(data.experiments)
+    cli = json.loads(output.read_text())
+    assert list(cli["theta"]) == list(est.model.param_names)
+    np.testing.assert_allclose(list(cli["theta"].values()), est.theta_, rtol=1e-8)
+    assert cli["neg_log_likelihood"] == pytest.approx(est.neg_log_likelihood_, rel=1e-8)
+
+
+def test_fit_prints_an_identifiability_warning_and_exits_1(tmp_path, capsys):
+    # Two parameters the data cannot separate: the warning reaches the console (it used to
+    # be swallowed, printing "± inf" with exit status 0).
+    model_file = tmp_path / "ratio.py"
+    model_file.write_text(
+        "import torch, sklode\n"
+        "class Ratio(sklode.ODEModel):\n"
+        "    state_names = ('x',)\n"
+        "    param_names = ('a', 'b')\n"
+        "    def rhs(self, t, x, theta):\n"
+        "        return -theta[0] * theta[1] * x\n")
+    t = np.linspace(0, 4, 30)
+    csv = tmp_path / "decay.csv"
+    csv.write_text("t,x\n" + "".join(f"{ti},{np.exp(-0.5 * ti) * (1 + 0.01 * np.sin(7 * ti))}\n"
+                                       for ti in t))
+    assert main(["fit", str(csv), "--model", f"{model_file}:Ratio"]) == 1
+    assert "WARNING IdentifiabilityWarning" in capsys.readouterr().err

@@ -288,3 +288,81 @@ def test_a_model_with_observe_needs_observable_names():
 
     with pytest.raises(ModelError, match=r"observe returned \(3, 2\) for a batch"):
         AdjointODE(WrongShape()).fit(pk_experiments())
+
+
+# ----------------------------------------------------------------------------- as data
+def test_experiments_from_long_and_wide_tables_agree():
+    pd = pytest.importorskip("pandas")
+    exps = two_state_experiments()
+    long = {"id": [], "time": [], "what": [], "value": []}
+    wide = {"id": [], "time": [], "A": [], "B": []}
+    for k, e in enumerate(exps):
+        for ti, row in zip(e.t, e.Y):
+            wide["id"].append(f"s{k}")
+            wide["time"].append(ti)
+            wide["A"].append(row[0])
+            wide["B"].append(row[1])
+            for name, v in zip("AB", row):
+                long["id"].append(f"s{k}")
+                long["time"].append(ti)
+                long["what"].append(name)
+                long["value"].append(v)
+    doses = pd.DataFrame({"id": ["s0", "s0", "s1", "s1"], "time": [0.0, 10.0, 0.0, 10.0],
+                          "state": ["A"] * 4, "amount": [10.0, 8.0, 10.0, 8.0]})
+    from sklode import experiments_from_table
+
+    from_long = experiments_from_table(pd.DataFrame(long), time="time", experiment="id",
+                                       observable="what", values=["A", "B"], doses=doses,
+                                       x0=[0.0, 0.0], t0=0.0)
+    from_wide = experiments_from_table(wide, time="time", experiment="id", values=["A", "B"],
+                                       doses=doses, x0=[0.0, 0.0], t0=0.0)
+    for a, b, e in zip(from_long, from_wide, exps):
+        assert a.name == b.name
+        assert_allclose(a.Y, e.Y)
+        assert_allclose(b.Y, e.Y)
+        assert a.doses == b.doses == [(0.0, "A", 10.0), (10.0, "A", 8.0)]
+    fit_long = _quiet(AdjointODE(TwoStates(), estimate_x0=False), from_long)
+    fit_direct = _quiet(AdjointODE(TwoStates(), estimate_x0=False), exps)
+    assert_allclose(fit_long.theta_, fit_direct.theta_, rtol=1e-12)  # the same data
+    with pytest.raises(ValueError, match="two values of 'A' at one time"):
+        experiments_from_table({"time": [0, 0], "o": ["A", "A"], "value": [1, 2]},
+                               observable="o")
+    with pytest.raises(ValueError, match="no column 'amount'"):
+        experiments_from_table(wide, experiment="id", values=["A"],
+                               doses={"id": ["s0"], "time": [0.0], "state": ["A"]})
+
+
+def test_cross_validation_over_experiments_with_any_regression_scorer():
+    from sklearn.model_selection import GroupKFold, KFold, cross_val_score
+
+    from sklode.metrics import experiment_scorer
+
+    exps = two_state_experiments() + two_state_experiments(seed=4)
+    est = AdjointODE(TwoStates(), estimate_x0=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r2 = cross_val_score(est, exps, cv=GroupKFold(n_splits=2), groups=[0, 0, 1, 1])
+        rmse = cross_val_score(est, exps, cv=KFold(n_splits=2),
+                               scoring=experiment_scorer("neg_root_mean_squared_error"))
+    assert np.all(r2 > 0.99)  # held-out experiments predicted from their known x0
+    # the held-out RMSE is the noise level, 0.05, to within the sampling spread
+    assert np.all(np.abs(-rmse - 0.05) < 0.01)
+
+
+def test_predict_an_experiment_gives_its_observables_at_its_times():
+    exps = pk_experiments()
+    est = _quiet(AdjointODE(OralPK(), estimate_x0=False, positive=True,
+                            theta0=(0.8, 0.25, 20.0, 0.3, 0.2)), exps)
+    P = est.predict(exps)
+    assert len(P) == 3 and P[0].shape == (13, 1)
+    X = simulate(OralPK(), est.theta_, [0, 0], exps[0].t, t0=0.0,
+                 doses=[(0.0, 0, 320.0), (12.0, 0, 320.0)])
+    assert_allclose(P[0][:, 0], X[:, 1] / est.theta_[2], rtol=1e-6)
+    # a new subject with its known initial state and its own dose
+    new = Experiment(exps[0].t, exps[0].Y, x0=[0, 0], t0=0.0, doses=[(0.0, "gut", 100.0)])
+    X_new = simulate(OralPK(), est.theta_, [0, 0], exps[0].t, t0=0.0, doses=[(0.0, 0, 100.0)])
+    assert_allclose(est.predict(new)[:, 0], X_new[:, 1] / est.theta_[2], rtol=1e-6)
+    # estimated initial states of unseen experiments are not invented
+    free = _quiet(AdjointODE(TwoStates(), x0=[0.1, 0.1]), two_state_experiments()[0])
+    with pytest.raises(ValueError, match="needs its whole initial state known"):
+        free.predict([Experiment(e.t, e.Y) for e in two_state_experiments()])

@@ -25,7 +25,7 @@ from .._estimator import (
 )
 from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
-from ..exceptions import PoorFitWarning, warn
+from ..exceptions import PoorFitWarning, SklodeError, warn
 from ..models import check_model
 from ._solver import bcd_prox_solve
 from ._start import (
@@ -420,6 +420,10 @@ class BCDProxODE(ODEEstimator):
         states = res.states if transformed is None else [transformed.to_x(X)
                                                          for X in res.states]
         states = [X[::self.substeps] for X in states]  # at the sampling times
+        try:  # estimated components at a t0 before the first sample: from the dynamics
+            states = split.shoot_back(model, theta, states, self._simulation_options())
+        except SklodeError:
+            pass  # the backward solve fails: keep the filtered node
         x0s = np.array([X[0] for X in states])
         predicted = []
         for e, x0 in zip(grid.experiments, x0s):  # the recursion runs on the fitted grid

@@ -283,15 +283,63 @@ class TwoCompartmentIV(ODEModel):
             self.noise_sd = None
 
     def rhs(self, t, x, theta):
+        """Two-compartment exchange and elimination (see the class docstring).
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time.
+        x : torch.Tensor of shape (..., 2)
+            Central and peripheral amounts.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., 2)
+            The derivatives of the two amounts.
+        """
         k10, k12, k21 = theta[0], theta[1], theta[2]
         central, peripheral = x[..., 0], x[..., 1]
         return torch.stack([-(k10 + k12) * central + k21 * peripheral,
                             k12 * central - k21 * peripheral], dim=-1)
 
     def observe(self, t, x, theta):
+        """The plasma concentration ``central / V``.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time.
+        x : torch.Tensor of shape (..., 2)
+            States.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., 1)
+            The concentration.
+        """
         return x[..., 0:1] / theta[3]
 
     def noise_sd(self, t, y, theta):
+        """The residual error's standard deviation at the predicted concentration ``y``.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            Time.
+        y : torch.Tensor of shape (..., 1)
+            Predicted concentrations.
+        theta : torch.Tensor of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., 1)
+            The standard deviation of each observation.
+        """
         if self.error == "combined":
             return theta[4] + theta[5] * y
         if self.error == "additive":
