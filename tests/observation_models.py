@@ -83,3 +83,56 @@ def two_state_experiments(seed=1, noise=0.05):
         out.append(Experiment(t, X + noise * rng.standard_normal(X.shape), x0=[0.0, 0.0],
                               t0=0.0, doses=doses))
     return out
+
+
+class BertozziSIR(sklode.ODEModel):
+    """The PEtab benchmark problem Bertozzi_PNAS2020 (SIR per US state), translated by hand.
+
+    The SBML model's species S, I, R start at ``S = N - I0``, ``I = I0``, ``R = 0`` with
+    ``beta = R0 gamma / N``; the condition table sets ``N`` (a number) and ``I0``, ``R0``,
+    ``gamma`` (names of estimated parameters) per state; the observable is ``I`` with the
+    noise standard deviation ``sd_I_<state>``. ``S`` depends on the estimated ``I0``, so the
+    states here are ``(S + I, I, R)``: the first starts at the known ``N``, the second is
+    the estimated initial value (``I0``), and ``S = x0 - x1``.
+    """
+
+    state_names = ("SI", "I", "R")
+    observable_names = ("y_I",)
+    param_names = ("R0_NY", "gamma_NY", "sd_I_NY", "R0_CA", "gamma_CA", "sd_I_CA",
+                   "R0_", "gamma_", "N_", "sd_")
+
+    def rhs(self, t, x, theta):
+        R0, gamma, N = theta[6], theta[7], theta[8]
+        S, I = x[..., 0] - x[..., 1], x[..., 1]  # noqa: E741
+        infection = R0 * gamma / N * S * I
+        return torch.stack([-gamma * I, infection - gamma * I, gamma * I], dim=-1)
+
+    def observe(self, t, x, theta):
+        return x[..., 1:2]
+
+    def noise_sd(self, t, y, theta):
+        return theta[9] * torch.ones_like(y)
+
+
+def bertozzi_experiments(folder):
+    """The problem's measurements as two Experiments (CA, NY) with their conditions, and the
+    nominal parameters (linear scale) by name."""
+    import csv
+
+    def table(name):
+        with open(folder / name, newline="") as fh:
+            return list(csv.DictReader(fh, delimiter="\t"))
+
+    nominal = {r["parameterId"]: float(r["nominalValue"]) for r in table("parameters.tsv")}
+    conditions = {r["conditionId"]: r for r in table("conditions.tsv")}
+    experiments = []
+    for cid, state in (("u_CA", "CA"), ("u_NY", "NY")):
+        rows = [r for r in table("measurements.tsv") if r["simulationConditionId"] == cid]
+        t = np.array([float(r["time"]) for r in rows])
+        Y = np.array([[float(r["measurement"])] for r in rows])
+        c = conditions[cid]
+        experiments.append(Experiment(
+            t, Y, t0=0.0, x0=[float(c["N_"]), nominal[c["I0_"]], 0.0], name=state,
+            conditions={"N_": float(c["N_"]), "R0_": c["R0_"], "gamma_": c["gamma_"],
+                        "sd_": f"sd_I_{state}"}))
+    return experiments, nominal
