@@ -61,7 +61,7 @@ def _warm_up(model, x, theta):
         _WARM.add(key)
 
 
-def _timed_fit(est, t, Y):
+def _timed_fit(est, t, Y=None):
     """Fit ``est``; CPU and wall seconds, convergence, warnings, or the error. Never raises:
     a failed fit is a result, not a crash of the comparison."""
     cpu, wall = time.process_time(), time.perf_counter()
@@ -195,60 +195,78 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
 
 
 def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=None, t0=None,
-                 x0=None, n_jobs=None, as_frame=None):
+                 x0=None, n_jobs=None, as_frame=None, method_settings=None, **settings):
     """Fit several estimators to one user data set (no ground truth: no error columns).
 
     Parameters
     ----------
-    t, Y : array-like
-        Times and observations of the ``observed`` states.
+    t, Y : array-like, or lists of them
+        Times and observations of the ``observed`` states (lists: several experiments);
+        or ``t`` a list of :class:`~sklode.Experiment` and ``Y=None``.
     model : ODEModel
         The vector field.
     methods : sequence of str
         Names from :data:`sklode.registry.METHODS`.
     theta0, observed, t0, x0 : optional
-        As for the estimators (``observed`` and ``x0`` only matter for AdjointODE).
+        As for the estimators.
     n_jobs : int, optional
         joblib workers, one fit each.
     as_frame : bool, optional
         Return a pandas DataFrame (default when pandas is installed) or a list of dicts.
+    method_settings : dict, optional
+        Settings of one method only, by method name, e.g. ``{"bcdprox": {"lam": 2.0}}``.
+    **settings
+        Settings every estimator takes (the common vocabulary: ``estimate_x0``,
+        ``positive``, ``sigma``, ``noise_kind``, ``fixed``, ``bounds``, ``x0_bounds``, ...).
+        A setting an estimator does not have is refused before any fit.
 
     Returns
     -------
     records : DataFrame or list of dict
         ``method, status, error, converged, n_iter, cpu_s, wall_s, theta, score`` (R² on the
-        data).
+        data) and ``neg_log_likelihood``; a method that cannot take the data (WENDy and
+        hidden states, BCD-prox and observables) is ``"skipped"`` with its reason.
     """
     model = check_model(model)
+    method_settings = dict(method_settings or {})
+    estimators = {}
     for method in methods:
-        get_method(method)  # unknown names are refused before any fit starts
+        Estimator = get_method(method).estimator  # unknown names refused before any fit
+        own = {"theta0": theta0, "observed": observed, "t0": t0, "x0": x0, **settings,
+               **method_settings.get(method, {})}
+        accepted = set(Estimator(model).get_params())
+        unknown = sorted(set(own) - accepted)
+        if unknown:
+            raise ValueError(f"compare_data: {Estimator.__name__} has no setting "
+                             f"{unknown[0]!r}; give method-specific settings through "
+                             f"method_settings={{{method!r}: {{...}}}}.")
+        estimators[method] = Estimator(model, **own)
+    unknown = sorted(set(method_settings) - set(methods))
+    if unknown:
+        raise ValueError(f"method_settings names {unknown}, which are not among the methods "
+                         f"compared {list(methods)}.")
     # the data errors every method would meet, raised once (not recorded as failed fits)
-    data = check_experiments(t, Y, model=model, observed=observed, x0=x0, t0=t0,
-                             min_samples=2, estimator_name="compare_data")
+    check_experiments(t, Y, model=model, observed=observed, x0=x0, t0=t0,
+                      estimate_x0=settings.get("estimate_x0", True), min_samples=2,
+                      estimator_name="compare_data")
     check_theta0(theta0, model)
-    t = np.asarray(t, dtype=np.float64).reshape(-1)
-    Y = np.asarray(Y, dtype=np.float64)
-    observed = data.observed
-    problem = Problem("user_data", model, None, None, t, float(t.min() if t0 is None else t0),
-                      observed, 0.0, "absolute", theta_init=None if theta0 is None else
-                      np.asarray(theta0, dtype=np.float64), x0_init=None if x0 is None else
-                      np.asarray(x0, dtype=np.float64))
 
     def one(method):
         record = {"method": method, "status": "ok", "error": ""}
-        est = get_method(method).make(problem)
-        reason = get_method(method).why_not(problem)
-        if reason:
-            return {**record, "status": "skipped", "error": reason}
+        est = estimators[method]
         _warm_up(model, np.ones(model.n_states), model.theta_guess())
-        record.update(_timed_fit(est, t, Y))
+        data = (t,) if Y is None else (t, Y)
+        record.update(_timed_fit(est, *data))
         if record["status"] != "ok":
+            if record["error"].startswith("ValueError"):  # the method cannot take the data
+                record["status"] = "skipped"
             return record
         try:
-            score = float(est.score(t, Y))
+            score = float(est.score(*data))
         except Exception as exc:  # the fitted ODE cannot be simulated over the data
             return {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-        return {**record, "theta": list(map(float, est.theta_)), "score": score}
+        return {**record, "theta": list(map(float, est.theta_)), "score": score,
+                "neg_log_likelihood": float(est.neg_log_likelihood_)}
 
     records = _run([delayed(one)(m) for m in methods], n_jobs, False, len(methods))
     return _as_frame(records, as_frame)

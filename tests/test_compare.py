@@ -136,3 +136,21 @@ def test_fit_command_on_a_csv(tmp_path):
                                           method="adjoint", time_column="t", theta0=None,
                                           x0=None))
     assert main(["fit", str(path), "--model", "NoSuchModel"]) == 2  # one line on stderr
+
+
+def test_compare_data_takes_experiments_and_the_estimator_settings():
+    from observation_models import OralPK, TwoStates, pk_experiments, two_state_experiments
+
+    rs = compare_data(two_state_experiments(), None, TwoStates(), estimate_x0=False,
+                      method_settings={"bcdprox": {"lam": 2.0}}, as_frame=False)
+    for r in rs:  # doses into A at 0 and 10 h, 320 values at noise 0.05: every fit adequate
+        assert r["status"] == "ok" and r["score"] > 0.99, r
+        assert np.isfinite(r["neg_log_likelihood"])
+    rs = compare_data(pk_experiments(), None, OralPK(), estimate_x0=False, positive=True,
+                      theta0=(0.8, 0.25, 20.0, 0.3, 0.2), as_frame=False)
+    status = {r["method"]: (r["status"], r["error"]) for r in rs}
+    assert status["adjoint"][0] == "ok"
+    for method in ("bcdprox", "wendy"):  # the observable is a concentration, not a state
+        assert status[method][0] == "skipped" and "Use AdjointODE" in status[method][1]
+    with pytest.raises(ValueError, match="has no setting 'lam'"):
+        compare_data(two_state_experiments(), None, TwoStates(), lam=2.0)
