@@ -12,7 +12,7 @@ numpydoc_validate = pytest.importorskip("numpydoc.validate")
 PUBLIC_MODULES = ["sklode", "sklode.models", "sklode.datasets", "sklode.metrics",
                   "sklode.integrate", "sklode.compare", "sklode.registry", "sklode.exceptions",
                   "sklode.bcdprox", "sklode.bcdprox.multistep", "sklode.wendy",
-                  "sklode.adjoint", "sklode.plotting"]
+                  "sklode.adjoint", "sklode.plotting", "sklode.experiment"]
 
 # The checks that make a docstring complete: it exists and has a summary (GL08, SS01, SS03),
 # every parameter is documented, exists, has a type and a description (PR01, PR02, PR04,
