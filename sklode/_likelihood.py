@@ -316,11 +316,7 @@ class Observation:
         J_x : ndarray of shape (n_rows, n_states)
         J_theta : ndarray of shape (n_rows, n_params)
         """
-        X, theta = self._inputs(X, theta)
-        jac = torch.func.vmap(torch.func.jacfwd(self._fisher_rows, argnums=(1, 2)),
-                              in_dims=(0, 0, None, 0, 0, 0))
-        J_x, J_theta = jac(self._t, X, theta, self._y, self._sigma_or_ones(), self._mask)
-        return (self._flat_jacobian(J_x.numpy()), self._flat_jacobian(J_theta.numpy()))
+        return self._batched_jacobians(self._fisher_rows, X, theta)
 
     def _check_domain(self, t, X, theta):
         """Predicted observables that a log kind cannot read, or a noise level that is not
@@ -393,11 +389,30 @@ class Observation:
             Row ``i`` depends only on the state at its own time (:meth:`row_times`).
         J_theta : ndarray of shape (n_rows, n_params)
         """
+        return self._batched_jacobians(self._rows, X, theta)
+
+    def _batched_jacobians(self, rows, X, theta):
+        """Forward-mode derivatives of ``rows`` on the whole batch, one direction per state
+        and parameter (each time's rows depend on its own state only, so a direction that
+        moves every time's state at once gives every row's derivative in that state).
+        Measured on 13 times x 2 states x 5 parameters: 1.3 ms, against 15 ms for a
+        per-time ``vmap(jacfwd)``."""
         X, theta = self._inputs(X, theta)
-        jac = torch.func.vmap(torch.func.jacfwd(self._rows, argnums=(1, 2)),
-                              in_dims=(0, 0, None, 0, 0, 0))
-        J_x, J_theta = jac(self._t, X, theta, self._y, self._sigma_or_ones(), self._mask)
-        return (self._flat_jacobian(J_x.numpy()), self._flat_jacobian(J_theta.numpy()))
+        args = (self._y, self._sigma_or_ones(), self._mask)
+        n, d, p = X.shape[0], X.shape[1], theta.shape[0]
+
+        def along(tx, tth):
+            return torch.func.jvp(lambda x, th: rows(self._t, x, th, *args), (X, theta),
+                                  (tx, tth))[1]
+
+        tx = torch.zeros((d + p, n, d), dtype=X.dtype)
+        tx[torch.arange(d), :, torch.arange(d)] = 1.0
+        tth = torch.zeros((d + p, p), dtype=X.dtype)
+        tth[torch.arange(d, d + p), torch.arange(p)] = 1.0
+        D = torch.func.vmap(along)(tx, tth).numpy()  # (d + p, n, k)
+        J_x = np.moveaxis(D[:d], 0, -1)  # (n, k, d)
+        J_theta = np.moveaxis(D[d:], 0, -1)  # (n, k, p)
+        return self._flat_jacobian(J_x), self._flat_jacobian(J_theta)
 
     def _flat_jacobian(self, J):
         m = self.n_columns
@@ -439,7 +454,7 @@ class Observation:
             value = 0.5 * torch.sum(rows**2)
             gx, gtheta = torch.autograd.grad(value, (X, theta), allow_unused=True)
         gtheta = torch.zeros_like(theta) if gtheta is None else gtheta
-        return float(value), gx.numpy(), gtheta.detach().numpy()
+        return float(value.detach()), gx.numpy(), gtheta.detach().numpy()
 
     def predicted(self, X, theta):
         """Predicted observables of the data's columns and their standard deviations.

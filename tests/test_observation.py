@@ -366,3 +366,24 @@ def test_predict_an_experiment_gives_its_observables_at_its_times():
     free = _quiet(AdjointODE(TwoStates(), x0=[0.1, 0.1]), two_state_experiments()[0])
     with pytest.raises(ValueError, match="needs its whole initial state known"):
         free.predict([Experiment(e.t, e.Y) for e in two_state_experiments()])
+
+
+def test_a_noise_kind_per_observable():
+    # prey with additive, predator with multiplicative noise: the dict reads each column
+    # with its own distribution, and -log L is the sum of scipy's log densities at the fit
+    from sklode.models import LotkaVolterra
+
+    rng = np.random.default_rng(7)
+    t = np.linspace(0, 4, 41)
+    X = simulate(LotkaVolterra(), [2, 1, 4, 1], [5, 3], t)
+    Y = np.column_stack([X[:, 0] + 0.2 * rng.standard_normal(41),
+                         X[:, 1] * np.exp(0.1 * rng.standard_normal(41))])
+    est = _quiet(AdjointODE(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5), sigma=[0.2, 0.1],
+                            noise_kind={"predator": "lognormal"}), t, Y)
+    assert_allclose(est.theta_, [2, 1, 4, 1], rtol=0.05)  # 82 values, 2-10 % noise
+    P = est.predict(t)
+    reference = -(stats.norm.logpdf(Y[:, 0], P[:, 0], 0.2).sum()
+                  + stats.lognorm.logpdf(Y[:, 1], 0.1, scale=P[:, 1]).sum())
+    assert est.neg_log_likelihood_ == pytest.approx(reference, rel=1e-6)  # rtol-1e-8 solves
+    with pytest.raises(ValueError, match="noise_kind names \\['wolf'\\]"):
+        AdjointODE(LotkaVolterra(), noise_kind={"wolf": "laplace"}).fit(t, Y)
