@@ -85,9 +85,10 @@ class Method:
     fits_hidden_states : bool
         Whether the method fits states that are never observed.
     initial_state_at_data : bool
-        Whether the method places the initial state at the first observation time (the
-        methods on the data grid), so that a problem whose ``t0`` precedes its data needs
-        an extra grid time the named problems do not have.
+        Whether the method is posed on the named problems with its initial state at the
+        first observation time (the methods on the data grid: they take an earlier ``t0``
+        from users' data, by an unobserved node or by shooting, but the papers' problems
+        are compared where the papers fitted them).
     """
 
     name: str
@@ -153,9 +154,9 @@ class Method:
         if not self.fits_hidden_states and len(p.observed) < p.model.n_states:
             return f"{self.name} needs every state observed; {p.name} observes {p.observed}"
         if self.initial_state_at_data and p.t0 < p.t[0]:
-            return (f"{self.name} places the initial state at the first observation time; "
-                    f"{p.name} starts at t0 = {p.t0:g}, before its first observation "
-                    f"{p.t[0]:g}")
+            return (f"{self.name} is compared on the named problems with its initial state "
+                    f"at the first observation time; {p.name} starts at t0 = {p.t0:g}, "
+                    f"before its first observation {p.t[0]:g}")
         needed = self.make(p)._min_samples()
         if p.t.size < needed:
             return f"{self.name} needs at least {needed} time points; {p.name} has {p.t.size}"
