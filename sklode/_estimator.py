@@ -649,7 +649,8 @@ def require_state_data(model, data, noise_kind, estimator_name, proportional=Tru
     noise_kind : str or dict
     estimator_name : str
     proportional : bool, default=True
-        Whether the method takes ``noise_kind="proportional"``.
+        Whether the method takes ``noise_kind="proportional"`` (when not, it is left to the
+        method's own message and not listed here).
     """
     way = "Use AdjointODE, which fits"
     if model.has_observation_model:
@@ -663,7 +664,9 @@ def require_state_data(model, data, noise_kind, estimator_name, proportional=Tru
             f"estimate), not from a model's noise_sd. {way} noise parameters by maximum "
             "likelihood.")
     allowed = [k for k in STATE_NOISE_KINDS if proportional or k != "proportional"]
-    if isinstance(noise_kind, dict) or noise_kind not in allowed:
+    if noise_kind == "proportional" and not proportional:
+        pass  # the method's own message names the multiplicative kind it takes
+    elif isinstance(noise_kind, dict) or noise_kind not in allowed:
         raise ValueError(
             f"{estimator_name} takes one noise kind for all states, one of {allowed}; got "
             f"noise_kind={noise_kind!r}. {way} per-observable, 'laplace' and 'log10normal' "
@@ -1055,8 +1058,10 @@ def sigma_per_state(sigma, noise_kind, values, estimator_name):
     width = values.shape[1]
     given = np.asarray(sigma, dtype=np.float64)
     if given.size not in (1, width) or np.any(given <= 0):
+        got = f"an array of shape {given.shape}" if given.size > width else repr(sigma)
         raise ValueError(f"{estimator_name} takes sigma as one positive value or one per "
-                         f"observed state ({width}); got {sigma!r}.")
+                         f"observed state ({width}); got {got}. Use AdjointODE for one "
+                         "standard deviation per observation.")
     per_state = np.broadcast_to(given.reshape(-1), (width,)).copy()
     if noise_kind == "relative_rms":
         per_state *= np.sqrt(np.nanmean(values**2, axis=0))

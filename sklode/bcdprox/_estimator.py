@@ -376,10 +376,11 @@ class BCDProxODE(ODEEstimator):
             The fitted estimator.
         """
         name = type(self).__name__
-        require_state_data(check_model(self.model), None, self.noise_kind, name)
+        require_state_data(check_model(self.model), None, self.noise_kind, name,
+                           proportional=False)
         given = self._validate_data(t, Y)
         model = self.model
-        require_state_data(model, given, self.noise_kind, name)
+        require_state_data(model, given, self.noise_kind, name, proportional=False)
         split = DoseSplit(given, name, self._min_samples(), node_at_t0=True)
         data = split.data  # doses at t0 folded in, later doses split, a node at t0
         require_t0_at_first_time(data, name)

@@ -294,9 +294,10 @@ class WENDyODE(ODEEstimator):
             The fitted estimator.
         """
         name = type(self).__name__
-        require_state_data(check_model(self.model), None, self.noise_kind, name)
+        require_state_data(check_model(self.model), None, self.noise_kind, name,
+                           proportional=False)
         given = self._validate_data(t, Y)
-        require_state_data(self.model, given, self.noise_kind, name)
+        require_state_data(self.model, given, self.noise_kind, name, proportional=False)
         require_observed(given, name, "the weak form integrates every state's equation "
                          "against the data")
         # the weak form needs no initial state: an earlier t0 (a dose before the first
