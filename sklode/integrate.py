@@ -98,6 +98,13 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     method = _resolve_integrator(integrator)
     theta = np.asarray(theta, dtype=np.float64)
     x0 = np.asarray(x0, dtype=np.float64)
+    if not (np.all(np.isfinite(x0)) and np.all(np.isfinite(theta))):
+        # an optimiser's trial point beyond floating range: rejected like a blow-up (scipy
+        # would raise a ValueError no caller expects)
+        raise IntegrationError(
+            f"The initial state {x0.tolist()} or the parameters {np.asarray(theta).tolist()} "
+            f"of {model!r} are not finite, so the ODE cannot be integrated.",
+            t_reached=float(t_span[0]))
     n_states = x0.shape[-1]
     batched = x0.ndim == 2
     limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
