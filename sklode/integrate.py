@@ -103,7 +103,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         # would raise a ValueError no caller expects)
         raise IntegrationError(
             f"The initial state {x0.tolist()} or the parameters {np.asarray(theta).tolist()} "
-            f"of {model!r} are not finite, so the ODE cannot be integrated.",
+            f"of {model!r} are non-finite, so the ODE cannot be integrated.",
             t_reached=float(t_span[0]))
     n_states = x0.shape[-1]
     batched = x0.ndim == 2
