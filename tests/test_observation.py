@@ -387,3 +387,25 @@ def test_a_noise_kind_per_observable():
     assert est.neg_log_likelihood_ == pytest.approx(reference, rel=1e-6)  # rtol-1e-8 solves
     with pytest.raises(ValueError, match="noise_kind names \\['wolf'\\]"):
         AdjointODE(LotkaVolterra(), noise_kind={"wolf": "laplace"}).fit(t, Y)
+
+
+def test_profile_intervals_with_a_fitted_noise_are_likelihood_ratio_intervals():
+    experiments = pk_experiments()
+    est = _quiet(AdjointODE(OralPK(), estimate_x0=False, positive=True,
+                            theta0=(0.8, 0.25, 20.0, 0.3, 0.2)), experiments)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        intervals = est.profile_intervals(experiments, parameters=["ka", "ke"])
+    wald = est.confidence_intervals()
+    for j in (0, 1):
+        lo, hi = intervals[j]
+        assert lo < est.theta_[j] < hi and np.isfinite([lo, hi]).all()
+        # -log L itself is the cost: the profile interval is as wide as the Wald one within
+        # a factor 1.5 on these near-quadratic rates (not inflated by a chi-square factor)
+        ratio = (hi - lo) / (wald[j, 1] - wald[j, 0])
+        assert 0.67 < ratio < 1.5, ratio
+        # the likelihood at the ends has risen by chi2_1(0.95) / 2 = 1.92
+        for end in (lo, hi):
+            theta = est.theta_.copy()
+            theta[j] = end
+            assert neg_log_likelihood(est, experiments, theta=theta) > est.neg_log_likelihood_ + 1.9

@@ -368,7 +368,7 @@ class AdjointODE(ODEEstimator):
                                            ", or init='bcdprox' or 'wendy'") + "."),
             **self._data_attributes(data))
 
-    def profile_intervals(self, t, Y, level=0.95, *, parameters=None):
+    def profile_intervals(self, t, Y=None, level=0.95, *, parameters=None):
         """Profile-likelihood confidence intervals for ``theta_`` on the data ``fit`` saw.
 
         For each parameter, the cost is minimised over all the other unknowns (parameters
@@ -417,7 +417,11 @@ class AdjointODE(ODEEstimator):
             raise ValueError(
                 f"profile_intervals needs the data fit() saw: the cost at the fit is "
                 f"{best:.6g} on these data, {self.loss_history_[-1]:.6g} on the fitted ones.")
-        threshold = 0.5 * chi_square.ppf(float(level), 1) * reduced_chi_square(objective, u)
+        # the cost is -log L up to a constant when the noise is modelled: no common noise
+        # factor to estimate from the residuals
+        noise_factor = (1.0 if getattr(objective, "modelled_noise", False)
+                        else reduced_chi_square(objective, u))
+        threshold = 0.5 * chi_square.ppf(float(level), 1) * noise_factor
         chosen = self._profiled(parameters, fitted)
         lower, upper = self._theta_limits()
 
