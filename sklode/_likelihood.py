@@ -23,6 +23,8 @@ from torch, row by row.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -409,7 +411,12 @@ class Observation:
         tx[torch.arange(d), :, torch.arange(d)] = 1.0
         tth = torch.zeros((d + p, p), dtype=X.dtype)
         tth[torch.arange(d, d + p), torch.arange(p)] = 1.0
-        D = torch.func.vmap(along)(tx, tth).numpy()  # (d + p, n, k)
+        with warnings.catch_warnings():
+            # torch's forward mode loads its decompositions through torch.jit.script on
+            # first use, which warns a DeprecationWarning about torch itself, not the user
+            warnings.filterwarnings("ignore", message=".*torch.jit.script.*deprecated",
+                                    category=DeprecationWarning)
+            D = torch.func.vmap(along)(tx, tth).numpy()  # (d + p, n, k)
         J_x = np.moveaxis(D[:d], 0, -1)  # (n, k, d)
         J_theta = np.moveaxis(D[d:], 0, -1)  # (n, k, p)
         return self._flat_jacobian(J_x), self._flat_jacobian(J_theta)
