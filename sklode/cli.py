@@ -122,12 +122,24 @@ def compare_command(args, out=None):
                              "'sklode[dask]'") from None
         client = Client(args.scheduler) if args.scheduler else Client(processes=False)
     context = parallel_config(backend=args.backend) if args.backend else nullcontext()
+    store = getattr(args, "store", None)
+    if store is not None:
+        from ._store import Store, store_path
+
+        with Store(store) as existing:
+            n_stored = len(existing)
+        if n_stored and not getattr(args, "resume", False):
+            raise ValueError(f"The store {store_path(store)} already holds {n_stored} fit(s): "
+                             "pass --resume to continue that campaign (fits already stored "
+                             "are not run again), or give a new --store path.")
+    elif getattr(args, "resume", False):
+        raise ValueError("--resume continues the campaign of a --store: give --store PATH.")
     try:
         with context:
             records = compare(problems, methods, trials=args.trials, noise=args.noise,
                               theta0_noise=args.theta0_noise, random_state=args.seed,
                               n_jobs=args.n_jobs, progress=not args.no_progress,
-                              as_frame=False)
+                              as_frame=False, store=store)
     finally:
         if client is not None:
             client.close()
@@ -639,6 +651,12 @@ def main(argv=None):
                        help="Dask scheduler address (with --backend dask; default: a local "
                             "in-process cluster)")
     p_cmp.add_argument("--output", default=None, help="write per-trial records (.csv/.json)")
+    p_cmp.add_argument("--store", default=None, metavar="PATH",
+                       help="write every fit to this results store (SQLite; .sqlite is "
+                            "appended without a known extension) as it finishes")
+    p_cmp.add_argument("--resume", action="store_true",
+                       help="continue the campaign of an existing --store: fits already in "
+                            "it are not run again")
     p_cmp.add_argument("--plot", default=None, help="write box plots (.png; needs matplotlib)")
     p_cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
     p_fit = sub.add_parser(

@@ -23,6 +23,7 @@ import numpy as np
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
+from ._store import Store, fit_key, read_store
 from ._validation import check_experiments, check_theta0
 from .datasets import Problem, get_problem, list_problems, make_trajectory
 from .exceptions import ConvergenceWarning
@@ -31,7 +32,7 @@ from .metrics import prediction_error
 from .models import check_model
 from .registry import METHODS, get_method
 
-__all__ = ["compare", "compare_data", "format_summary", "summarize"]
+__all__ = ["compare", "compare_data", "format_summary", "read_store", "summarize"]
 
 logger = logging.getLogger("sklode")
 
@@ -127,13 +128,17 @@ def _as_frame(records, as_frame):
     return pd.DataFrame.from_records(records)
 
 
-def _run(tasks, n_jobs, progress, total):
+def _run(tasks, n_jobs, progress, total, on_result=None):
     """The tasks' records, in order. Fits run in this process (n_jobs=1, the threading
     backend) with one BLAS thread, as in loky's and Dask's workers: a product summed by two
     threads differs in the last bits (WENDy's estimates by 6e-15), and records must not
-    depend on n_jobs or the backend."""
+    depend on n_jobs or the backend. ``on_result(index, record)``: called as each fit
+    finishes (in completion order), e.g. to store it at once."""
+    if on_result is not None:  # tag each task with its position: results come unordered
+        tasks = [delayed(_indexed)(k, task) for k, task in enumerate(tasks)]
     with threadpool_limits(limits=1):
-        jobs = Parallel(n_jobs=n_jobs, return_as="generator")(tasks)
+        jobs = Parallel(n_jobs=n_jobs, return_as="generator" if on_result is None
+                        else "generator_unordered")(tasks)
         if progress:
             try:
                 from tqdm.auto import tqdm
@@ -142,11 +147,22 @@ def _run(tasks, n_jobs, progress, total):
                                "without it")
             else:
                 jobs = tqdm(jobs, total=total, desc="sklode compare", unit="fit")
-        return list(jobs)
+        if on_result is None:
+            return list(jobs)
+        out = [None] * len(tasks)
+        for k, record in jobs:
+            on_result(k, record)
+            out[k] = record
+        return out
+
+
+def _indexed(k, task):
+    function, args, kwargs = task
+    return k, function(*args, **kwargs)
 
 
 def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_noise=None,
-            random_state=0, n_jobs=None, progress=False, as_frame=None):
+            random_state=0, n_jobs=None, progress=False, as_frame=None, store=None):
     """Fit several estimators on many seeded noisy trials of named problems.
 
     Parameters
@@ -171,6 +187,13 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
         Show a tqdm progress bar (needs the ``progress`` extra).
     as_frame : bool, optional
         Return a pandas DataFrame (default when pandas is installed) or a list of dicts.
+    store : str or os.PathLike, optional
+        A results store (an SQLite file; ``.sqlite`` is appended to a path without a known
+        extension): every fit is written to it as it finishes, in its own transaction, and
+        fits already in it are not run again, so a rerun after a crash or a kill resumes
+        where it stopped (only the fits in flight are lost). The records returned are then
+        the store's for this campaign, in the usual order (:func:`read_store` reads a
+        store).
 
     Returns
     -------
@@ -188,10 +211,22 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
         get_method(m)  # unknown names raise, listing the known ones
     if int(trials) < 1:
         raise ValueError(f"trials must be >= 1, got {trials}.")
-    tasks = [delayed(_record)(m, p, k, random_state + k,
-                              _trial_theta0(p, k, random_state, theta0_noise), noise)
-             for p in problems for m in methods for k in range(int(trials))]
-    return _as_frame(_run(tasks, n_jobs, progress, len(tasks)), as_frame)
+    grid = [(p, m, k, _trial_theta0(p, k, random_state, theta0_noise))
+            for p in problems for m in methods for k in range(int(trials))]
+    tasks = [delayed(_record)(m, p, k, random_state + k, theta0, noise)
+             for p, m, k, theta0 in grid]
+    if store is None:
+        return _as_frame(_run(tasks, n_jobs, progress, len(tasks)), as_frame)
+    settings = [{"problem": p.name, "method": m, "trial": int(k), "seed": int(random_state + k),
+                 "noise": None if noise is None else float(noise),
+                 "theta0": [float(v) for v in theta0]} for p, m, k, theta0 in grid]
+    keys = [fit_key(s) for s in settings]
+    with Store(store) as results:
+        done = results.done()
+        todo = [i for i, key in enumerate(keys) if key not in done]
+        _run([tasks[i] for i in todo], n_jobs, progress, len(todo),
+             on_result=lambda j, record: results.add(keys[todo[j]], settings[todo[j]], record))
+        return _as_frame(results.records(keys), as_frame)
 
 
 def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=None, t0=None,
