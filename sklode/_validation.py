@@ -421,11 +421,16 @@ def check_bounds(bounds, n_params, param_names=None, *, name="bounds"):
         lo, hi = bounds
         if np.iscomplexobj(lo) or np.iscomplexobj(hi):
             raise TypeError("complex bounds")
-        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n_params,)).copy()
-        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n_params,)).copy()
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+        for side in (lo, hi):  # a scalar for all, or exactly one per entry (as scipy)
+            if side.ndim > 1 or (side.ndim == 1 and side.size != n_params):
+                raise ValueError("length")
+        lo = np.broadcast_to(lo, (n_params,)).copy()
+        hi = np.broadcast_to(hi, (n_params,)).copy()
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be (lower, upper), each a real number or {n_params} "
-                         f"numbers; got {bounds!r}.") from None
+        what = f" {tuple(param_names)}" if param_names else ""
+        raise ValueError(f"{name} must be (lower, upper), each one real number for all or "
+                         f"{n_params} numbers, one per entry{what}; got {bounds!r}.") from None
     if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
         raise ValueError(f"{name} must not contain NaN (use -inf/inf for no bound); got "
                          f"{bounds!r}.")

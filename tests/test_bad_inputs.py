@@ -238,6 +238,9 @@ COMMON = [
     ("bounds-crossed", lambda E: _fit(E, bounds=(3, 1)), ValueError, "bounds"),
     ("bounds-nan", lambda E: _fit(E, bounds=(np.nan, 10)), ValueError, "bounds"),
     ("bounds-length", lambda E: _fit(E, bounds=([0, 0], [9, 9])), ValueError, "bounds"),
+    # a one-element list is not a scalar: scipy refuses it too (it was broadcast silently)
+    ("bounds-one-of-four", lambda E: _fit(E, bounds=([0.0], [9.0])), ValueError,
+     "4 numbers, one per entry ('a', 'b', 'c', 'd')"),
     ("bounds-not-a-pair", lambda E: _fit(E, bounds=(0, 1, 2)), ValueError, "bounds"),
     ("fixed-name", lambda E: _fit(E, fixed={"z": 1.0}), ValueError, "'z'"),
     ("fixed-nan", lambda E: _fit(E, fixed={"a": np.nan}), ValueError, "fixed"),
