@@ -22,6 +22,7 @@ __all__ = [
     "DivergenceError",
     "IdentifiabilityWarning",
     "InitialTimeWarning",
+    "StartWarning",
     "IntegrationError",
     "ModelError",
     "NotLinearInThetaError",
@@ -99,6 +100,11 @@ class InitialTimeWarning(UserWarning):
     """Known initial values were given without ``t0`` and the data do not start at time 0,
     so it is ambiguous which time they hold at: they are taken at the first observation time
     (the documented default), and ``t0`` silences the warning."""
+
+
+class StartWarning(UserWarning):
+    """The start a setting asked for could not be had (``init=`` could not fit the data),
+    so the fit started elsewhere (``theta0``): the message says why; ``solver_`` too."""
 
 
 # Frames a warning must not point at: sklode's own, and scikit-learn's fit wrapper (the

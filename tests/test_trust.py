@@ -138,9 +138,15 @@ def test_adjoint_started_from_another_method_fits_where_theta0_cannot_start():
 
 
 def test_init_that_cannot_take_the_data_falls_back_to_theta0_and_says_why():
+    from sklode.exceptions import StartWarning
+
     d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
     est = AdjointODE(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5), observed=("prey",),
-                     x0=[5.0, 3.0], init="wendy").fit(d.t, d.Y[:, :1])
+                     x0=[5.0, 3.0], init="wendy")
+    # the fallback is said, not only written into solver_ (it used to be silent)
+    with pytest.warns(StartWarning, match="init='wendy' could not fit these data, so "
+                      "AdjointODE starts from theta0 instead: WENDyODE needs every state"):
+        est.fit(d.t, d.Y[:, :1])
     assert "init=WENDyODE could not fit these data" in est.solver_
     assert "start was theta0" in est.solver_
 

@@ -28,6 +28,7 @@ from ..exceptions import (
     IntegrationError,
     PoorFitWarning,
     SklodeError,
+    StartWarning,
     warn,
 )
 from ._profile import profile_interval
@@ -573,6 +574,9 @@ class AdjointODE(ODEEstimator):
                 warnings.simplefilter("ignore")
                 other.fit(t, Y)
         except (ValueError, SklodeError) as exc:
+            warn(f"init={self.init if isinstance(self.init, str) else other_name!r} could not "
+                 f"fit these data, so {type(self).__name__} starts from theta0 instead: "
+                 f"{exc}", StartWarning)
             return (self._initial_theta(), data,
                     f"; init={other_name} could not fit these data ({exc}), so the start "
                     "was theta0")
