@@ -125,8 +125,9 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         """Fewest time points per experiment the method accepts (subclasses may need more)."""
         return 2
 
-    def _validate_data(self, t, Y):
-        """The model checked and ``(t, Y)`` with the initial-state settings, validated.
+    def _validate_data(self, t, Y, warn_initial_time=True):
+        """The model checked and ``(t, Y)`` with the initial-state settings, validated
+        (``warn_initial_time``: False where the fit already said it).
 
         Returns
         -------
@@ -136,7 +137,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         return check_experiments(
             t, Y, model=model, observed=self.observed, x0=self.x0, t0=self.t0,
             estimate_x0=self.estimate_x0, min_samples=self._min_samples(),
-            estimator_name=type(self).__name__)
+            estimator_name=type(self).__name__, warn_initial_time=warn_initial_time)
 
     def _initial_theta(self):
         """``theta0`` as a checked float64 vector inside ``bounds`` and ``positive``.
@@ -260,7 +261,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         data = check_experiments(items if isinstance(given, list) else given, None,
                                  model=self.model, observed=self.observed, x0=self.x0,
                                  t0=self.t0, estimate_x0=self.estimate_x0, min_samples=1,
-                                 estimator_name=type(self).__name__)
+                                 estimator_name=type(self).__name__, warn_initial_time=False)
         n_fitted = max(getattr(self, "_n_experiments", 0), 1)
         rows = np.reshape(self.x0_, (-1, self.model.n_states))
         t0s = np.reshape(self.t0_, -1)
@@ -504,7 +505,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 "experiments. Use one t0 for all, or None (each experiment's first time).")
         return check_experiments(t, Y, model=self.model, observed=self.observed, x0=x0,
                                  t0=t0, estimate_x0=self.estimate_x0, min_samples=1,
-                                 estimator_name=type(self).__name__)
+                                 estimator_name=type(self).__name__, warn_initial_time=False)
 
     def _refitted_initial_states(self, data):
         """Each experiment's initial state: known components as validated, estimated ones

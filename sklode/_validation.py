@@ -831,7 +831,7 @@ def _warn_if_initial_time_is_ambiguous(model, estimate_x0, t0_values):
 
 
 def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_x0=True,
-                      min_samples=2, estimator_name="estimator"):
+                      min_samples=2, estimator_name="estimator", warn_initial_time=True):
     """Validate training data and the initial-state settings into an :class:`ExperimentData`.
 
     Parameters
@@ -853,6 +853,10 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         The fewest time points per experiment the method can work with.
     estimator_name : str, default="estimator"
         For messages.
+    warn_initial_time : bool, default=True
+        Warn :class:`~sklode.exceptions.InitialTimeWarning` when known initial values meet
+        ``t0=None`` and data that do not start at 0 (``fit`` does; ``score`` and ``predict``
+        on the same data do not say it a second time).
 
     Returns
     -------
@@ -896,7 +900,8 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
             for k, e in enumerate(given if isinstance(given, list) else [given]):
                 times = [float(d[0]) for d in (e.doses or ())]
                 t0_values[k] = min([t0_values[k]] + times)
-        _warn_if_initial_time_is_ambiguous(model, mask, t0_values)
+        if warn_initial_time:
+            _warn_if_initial_time_is_ambiguous(model, mask, t0_values)
     else:
         t0_arr = as_float_array(t0, "t0", example="times, one or one per experiment"
                                 ).reshape(-1)

@@ -283,7 +283,7 @@ def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=N
     # the data errors every method would meet, raised once (not recorded as failed fits)
     check_experiments(t, Y, model=model, observed=observed, x0=x0, t0=t0,
                       estimate_x0=settings.get("estimate_x0", True), min_samples=2,
-                      estimator_name="compare_data")
+                      estimator_name="compare_data", warn_initial_time=False)
     check_theta0(theta0, model)
 
     def one(method):

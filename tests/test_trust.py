@@ -199,3 +199,26 @@ def test_a_series_too_short_for_a_noise_estimate_is_judged_by_r2(school_flu_mode
             bad = BCDProxODE(school_flu_model, observed=["I", "C"], x0=(750, np.nan, np.nan),
                              positive=True, substeps=4).fit(t, Y)
     assert bad.fit_adequate_ is False and bad.score(t, Y) < 0.5
+
+
+def test_the_initial_time_warning_is_said_once_per_fit():
+    # fit said it; score, predict, profile_intervals and compare_data on the same data used
+    # to say it again (the command line showed it twice for one fit)
+    from sklode.compare import compare_data
+    from sklode.exceptions import InitialTimeWarning
+
+    d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
+    t = d.t + 1.0  # known x0, t0=None and data starting at t = 1: ambiguous, said once
+    est = AdjointODE(LotkaVolterra(), theta0=(2.5, 1.5, 4.5, 1.5), x0=[5, 3],
+                     estimate_x0=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(t, d.Y)
+        est.score(t, d.Y)
+        est.profile_intervals(t, d.Y, parameters=["a"])
+    assert [w.category for w in caught].count(InitialTimeWarning) == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare_data(t, d.Y, LotkaVolterra(), ["adjoint"], theta0=(2.5, 1.5, 4.5, 1.5),
+                     x0=[5, 3], estimate_x0=False, as_frame=False)
+    assert [w.category for w in caught].count(InitialTimeWarning) <= 1

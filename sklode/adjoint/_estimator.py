@@ -410,7 +410,7 @@ class AdjointODE(ODEEstimator):
             raise ValueError(f"level must be strictly between 0 and 1, got {level!r}.")
         model = self.model
         fitted = check_fixed(self.fixed, self.theta_, model)[0]
-        data = self._validate_data(t, Y)
+        data = self._validate_data(t, Y, warn_initial_time=False)
         problem = self._fitted_states(data.with_initial_states(self.x0_))
         objective, u = self._pose(problem, self.theta_, fitted)
         best = objective.cost(u)
