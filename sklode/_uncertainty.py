@@ -218,6 +218,7 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
     unidentifiable = [f"{names[k]} (the observations do not depend on it)"
                       for k in np.flatnonzero(dead)]
     structural = set(np.flatnonzero(dead).tolist())
+    named = set()  # the sets of unknowns already named: one sentence each
     cov = np.zeros((n, n))
     if live.size:
         _, s, Vt = np.linalg.svd(J[:, live] / norms[live], full_matrices=False)
@@ -231,6 +232,9 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
         for direction in Vt[weak]:
             members = np.abs(direction) >= _INVOLVED * np.max(np.abs(direction))
             structural.update(live[members].tolist())
+            if frozenset(live[members].tolist()) in named:
+                continue  # another singular direction among the same unknowns
+            named.add(frozenset(live[members].tolist()))
             relative = direction[members] / (norms[live][members] * z[live][members])
             unidentifiable.append(_combination([names[k] for k in live[members]], relative))
     # A method's own covariance can be singular (WENDy's on data its weak form cannot
@@ -250,6 +254,9 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
             members = np.abs(direction) >= _INVOLVED * np.max(np.abs(direction))
             if members.sum() < 2:  # one imprecise unknown: its large error says it all
                 continue
+            if frozenset(keep[members].tolist()) in named:
+                continue  # a second wide direction of the same unknowns: said once
+            named.add(frozenset(keep[members].tolist()))
             signs = np.sign(z[keep][members]) * direction[members]
             unidentifiable.append(
                 _combination([names[k] for k in keep[members]], signs)
@@ -296,12 +303,24 @@ def warn_unidentifiable(estimator_name, unidentifiable):
     """
     if not unidentifiable:
         return
-    warn(
-        f"{estimator_name}: the data cannot pin down " + "; ".join(unidentifiable) + ". Their "
-        "standard errors are infinite (theta_stderr_/x0_stderr_ = inf) and any value along "
-        "that combination fits equally well. Fix one of them (fixed={...} or a known x0), "
-        "observe another state, or add an experiment that separates them.",
-        IdentifiabilityWarning)
+    # a practical one carries its (finite) relative standard error in its description
+    practical = [u for u in unidentifiable if u.endswith("times the values)")]
+    structural = [u for u in unidentifiable if u not in practical]
+    sentences = []
+    if structural:
+        sentences.append(
+            "the data cannot pin down " + "; ".join(structural) + ". Their standard errors "
+            "are infinite (theta_stderr_/x0_stderr_ = inf) and any value along that "
+            "combination fits equally well.")
+    if practical:
+        sentences.append(
+            ("The data also barely pin down " if structural else "the data barely pin down ")
+            + "; ".join(practical) + ": their standard errors are finite but large, and "
+            "confidence intervals from them are not to be trusted (profile_intervals follows "
+            "the cost instead).")
+    warn(f"{estimator_name}: " + " ".join(sentences) + " Fix one of them (fixed={...} or a "
+         "known x0), observe another state, or add an experiment that separates them.",
+         IdentifiabilityWarning)
 
 
 def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kind="absolute",

@@ -93,7 +93,8 @@ class PoorFitWarning(UserWarning):
 class IdentifiabilityWarning(UserWarning):
     """The data cannot pin down some parameters or initial values (their Fisher information
     is singular or nearly so): the message names them and the combination the data do
-    determine; their standard errors are infinite."""
+    determine. Where it is singular their standard errors are infinite; where it is only
+    nearly so they are finite but large, and the message says which is which."""
 
 
 class InitialTimeWarning(UserWarning):
