@@ -313,3 +313,19 @@ def test_substeps_let_bcdprox_fit_sparse_samples():
     # the states at the samples only.
     assert np.mean(errors[4]) < 0.5 * np.mean(errors[1])
     assert est.states_.shape == (11, 2) and est.predicted_states_.shape == (11, 2)
+
+
+def test_a_zero_guess_on_the_log_scale_is_refused_without_a_numpy_warning():
+    # A hidden state guessed at 0 with log-normal noise: the ValueError names the way out;
+    # numpy's "divide by zero in log" used to leak before it.
+    import warnings
+
+    from sklode.datasets import make_trajectory
+
+    d = make_trajectory("lotka_volterra", noise=0.2, noise_kind="lognormal", random_state=0)
+    est = BCDProxODE(d.problem.model, theta0=(2.5, 1.5, 4.5, 1.5), sigma=0.2,
+                     noise_kind="lognormal", observed=["prey"], x0=[5.0, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        with pytest.raises(ValueError, match="or AdjointODE, whose log-normal likelihood"):
+            est.fit(d.t, d.Y[:, :1])

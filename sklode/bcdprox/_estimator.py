@@ -316,7 +316,9 @@ class BCDProxODE(ODEEstimator):
         relative = float(np.mean(per_state / np.maximum(rms, 1e-300)))
         for state in data.hidden:  # no data: the observed states' relative noise
             guesses = np.array([e.x0[state] for e in data.experiments])
-            size = np.nanmean(np.abs(np.log(guesses) if log else guesses))
+            with np.errstate(divide="ignore", invalid="ignore"):  # a guess <= 0 on the log
+                # scale is refused, with its reason, when the states are transformed
+                size = np.nanmean(np.abs(np.log(guesses) if log else guesses))
             scale[state] = (float(np.mean(per_state)) if log else
                             relative * size if np.isfinite(size) and size > 0 else 1.0)
         return scale, log
