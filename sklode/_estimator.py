@@ -221,12 +221,18 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             outlier = isolated_extreme(data, self.model.observables)
             worst = int(np.argmax(ratios))
             state = self.model.observables[data.observed[worst]]
+            if not np.isfinite(ratios[worst]):  # no prediction to measure: say so plainly
+                miss = ("the ODE integrated from the fitted theta_ and x0_ cannot reach the "
+                        "end of the data (it blows up or leaves its domain), so predict and "
+                        "score will raise IntegrationError")
+            else:
+                miss = (f"the prediction misses {state!r} by {ratios[worst]:.3g} noise levels "
+                        f"(RMS of the residual over the noise estimated from the data; an "
+                        f"adequate fit is near 1, poor above {POOR_FIT_RATIO:g})")
             warn(
-                f"{type(self).__name__} fits its training data poorly: the prediction misses "
-                f"{state!r} by {ratios[worst]:.3g} noise levels (RMS of the residual over "
-                f"the noise estimated from the data; an adequate fit is near 1, poor above "
-                f"{POOR_FIT_RATIO:g}). theta_ may be a local optimum or the method may not "
-                f"suit these data.{outlier} {advice}", PoorFitWarning)
+                f"{type(self).__name__} fits its training data poorly: {miss}. theta_ may be "
+                f"a local optimum or the method may not suit these data.{outlier} {advice}",
+                PoorFitWarning)
         return {"fit_adequate_": adequate, "misfit_ratio_": ratios}
 
     def _uncertainty_attributes(self, uncertainty, data, fitted, transformed=None, z0s=None):

@@ -222,3 +222,24 @@ def test_the_initial_time_warning_is_said_once_per_fit():
         compare_data(t, d.Y, LotkaVolterra(), ["adjoint"], theta0=(2.5, 1.5, 4.5, 1.5),
                      x0=[5, 3], estimate_x0=False, as_frame=False)
     assert [w.category for w in caught].count(InitialTimeWarning) <= 1
+
+
+def test_a_fit_that_cannot_be_integrated_over_its_data_says_so_not_inf_noise_levels():
+    # x' = k x^2 from x0 = 1 blows up at t = 1/k: at k = 2 the fitted ODE cannot reach the
+    # end of data on [0, 1]; the warning used to read "misses 'x' by inf noise levels"
+    from sklode._validation import check_experiments
+    from sklode.models import FunctionModel
+
+    model = FunctionModel(_quadratic_growth, ("x",), ("k",), default_theta=(0.5,))
+    t = np.linspace(0, 1, 30)
+    Y = (1 / (1 - 0.5 * t))[:, None]  # the k = 0.5 solution
+    data = check_experiments(t, Y, model=model, estimator_name="test")
+    est = AdjointODE(model)
+    with pytest.warns(PoorFitWarning, match="cannot reach the end of the data") as record:
+        attributes = est._assess_fit(data, np.array([2.0]), np.array([[1.0]]), "advice")
+    assert "inf noise levels" not in str(record[0].message)
+    assert attributes["fit_adequate_"] is False
+
+
+def _quadratic_growth(t, x, theta):
+    return theta[0] * x**2
