@@ -66,17 +66,30 @@ def _timed_fit(est, t, Y=None):
     """Fit ``est``; CPU and wall seconds, convergence, warnings, or the error. Never raises:
     a failed fit is a result, not a crash of the comparison."""
     cpu, wall = time.process_time(), time.perf_counter()
+    data = (t,) if Y is None else (t, Y)
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            est.fit(t, Y)
+            warnings.simplefilter("always")  # every warning of the fit goes to the record
+            est.fit(*data)
     except Exception as exc:
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:300],
-                "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+                "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
+                **_warning_fields(caught)}
     return {"status": "ok", "cpu_s": time.process_time() - cpu,
             "wall_s": time.perf_counter() - wall,
             "converged": bool(getattr(est, "converged_", True)), "n_iter": int(est.n_iter_),
-            "warnings": sorted({type(w.message).__name__ for w in caught})}
+            **_warning_fields(caught)}
+
+
+def _warning_fields(caught):
+    """The warnings of one fit for its record: their categories (sorted, once each) and
+    their messages (once each, in order), so that a worker's warnings reach the records
+    instead of its stderr."""
+    relevant = [w for w in caught if not issubclass(w.category, DeprecationWarning)]
+    messages = list(dict.fromkeys(f"{w.category.__name__}: {w.message}"[:300]
+                                  for w in relevant))
+    return {"warnings": sorted({w.category.__name__ for w in relevant}),
+            "warning_messages": messages}
 
 
 def _record(method, problem, trial, seed, theta0, noise=None):
@@ -98,6 +111,13 @@ def _record(method, problem, trial, seed, theta0, noise=None):
     record.update(_timed_fit(est, data.t, data.Y))
     if record["status"] != "ok":
         return record
+    with warnings.catch_warnings():  # the errors below are measured, not the user's business
+        warnings.simplefilter("ignore")
+        return _errors(record, est, problem, data)
+
+
+def _errors(record, est, problem, data):
+    """The record with the fit's parameter and prediction errors."""
     theta = np.asarray(est.theta_, dtype=np.float64)
     record["theta"] = list(map(float, theta))
     if problem.theta is not None and problem.theta.size == theta.size:
@@ -320,8 +340,9 @@ def summarize(records, *, blowup=100.0):
     Returns
     -------
     DataFrame or list of dict
-        One row per (problem, method): ``trials, ok, failed, skipped, converged``, the
-        count of diverged fits, and the medians of the errors and of CPU and wall seconds.
+        One row per (problem, method): ``trials, ok, failed, skipped, converged``,
+        ``warned`` (fits that warned: their records list the warnings), the count of
+        diverged fits, and the medians of the errors and of CPU and wall seconds.
     """
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     groups = {}
@@ -340,6 +361,7 @@ def summarize(records, *, blowup=100.0):
             "failed": sum(r["status"] == "failed" for r in rs),
             "skipped": sum(r["status"] == "skipped" for r in rs),
             "converged": sum(bool(r.get("converged")) for r in ok),
+            "warned": sum(bool(r.get("warnings")) for r in ok),
             f"prediction_error>{blowup:g}": sum(
                 not (r.get("prediction_error", np.inf) <= blowup) for r in ok),
             "median_max_rel_theta_error": median("max_rel_theta_error"),
