@@ -1,0 +1,136 @@
+"""A campaign of 10,000 fits on a Dask LocalCluster with one worker killed in the middle.
+
+``compare(..., store=PATH)`` under joblib's Dask backend, 4 worker processes of one thread
+each on this 2-core machine; when a third of the fits are stored, one worker is killed with
+SIGKILL (its nanny starts a new one, the scheduler reruns the lost tasks). Afterwards: every
+record present once and none duplicated (the store's keys), the CPU per fit against a serial
+run of the same fits in this process, and the scheduler's memory (RSS) sampled every second
+throughout.
+
+Writes ``benchmarks/results/campaign.md`` and ``.json``.
+
+    python benchmarks/campaign.py [--fits 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).parent
+METHODS = ["wendy", "adjoint"]
+
+
+def _count(path):
+    try:
+        with sqlite3.connect(path, timeout=1) as db:
+            return int(db.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def main(n_fits):
+    import psutil
+    from dask.distributed import Client, LocalCluster
+    from joblib import parallel_config
+
+    from sklode.compare import compare, read_store
+
+    trials = n_fits // len(METHODS)
+    store = Path(tempfile.mkdtemp()) / "campaign.sqlite"
+    cluster = LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    client = Client(cluster)
+    scheduler = psutil.Process(os.getpid())  # the LocalCluster's scheduler runs here
+    memory, killed, done = [], {}, threading.Event()
+
+    def watch():
+        while not done.is_set():
+            memory.append((time.perf_counter(), scheduler.memory_info().rss / 2**20,
+                           _count(store)))
+            if not killed and memory[-1][2] >= n_fits // 3:
+                address, pid = sorted(client.run(os.getpid).items())[0]
+                os.kill(pid, signal.SIGKILL)
+                killed.update(address=address, pid=pid, at_records=memory[-1][2],
+                              at_s=memory[-1][0] - start_wall)
+            time.sleep(1.0)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    watcher.start()
+    with parallel_config(backend="dask"):
+        records = compare("lotka_volterra", METHODS, trials=trials, n_jobs=-1,
+                          as_frame=False, store=store)
+    wall = time.perf_counter() - start_wall
+    done.set()
+    watcher.join()
+    client.close()
+    cluster.close()
+    stored = read_store(store)
+    keys = {(r["method"], r["trial"]) for r in stored}
+    worker_cpu = sum(r["cpu_s"] for r in records)
+
+    # the same kind of fit serially in this process: CPU per fit
+    sample = compare("lotka_volterra", METHODS, trials=100, n_jobs=1, as_frame=False)
+    serial_cpu = float(np.mean([r["cpu_s"] for r in sample]))
+    rss = np.array([m[1] for m in memory])
+    result = {
+        "fits_requested": trials * len(METHODS), "records_returned": len(records),
+        "records_stored": len(stored), "distinct_records": len(keys),
+        "ok": sum(r["status"] == "ok" for r in records),
+        "killed_worker": killed, "wall_s": wall,
+        "cpu_per_fit_in_workers_s": worker_cpu / len(records),
+        "cpu_per_fit_serial_s": serial_cpu,
+        "fits_per_wall_s": len(records) / wall, "cores": os.cpu_count(),
+        "scheduler_rss_mib": {"first": float(rss[0]), "max": float(rss.max()),
+                              "last": float(rss[-1]),
+                              "first_third": float(np.mean(rss[: len(rss) // 3])),
+                              "last_third": float(np.mean(rss[-len(rss) // 3:]))},
+        "main_process_cpu_s": time.process_time() - start_cpu,
+    }
+    (HERE / "results" / "campaign.json").write_text(json.dumps(result, indent=1))
+    r = result
+    lines = [
+        "# A 10,000-fit campaign on a Dask LocalCluster with a worker killed",
+        "",
+        "Written by `benchmarks/campaign.py`: `compare(\"lotka_volterra\", [\"wendy\", "
+        "\"adjoint\"], trials=%d, store=...)` under joblib's Dask backend, 4 worker "
+        "processes of one thread each on %d cores; one worker killed with SIGKILL when a "
+        "third of the fits were stored (its nanny restarted it)." % (trials, r["cores"]),
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| fits requested / returned / stored / distinct | {r['fits_requested']} / "
+        f"{r['records_returned']} / {r['records_stored']} / {r['distinct_records']} |",
+        f"| fits ok | {r['ok']} |",
+        f"| worker killed at | {killed.get('at_records')} stored fits, "
+        f"{killed.get('at_s', float('nan')):.0f} s after the start |",
+        f"| wall | {wall:.0f} s ({r['fits_per_wall_s']:.1f} fits/s) |",
+        f"| CPU per fit in the workers / serial in one process | "
+        f"{r['cpu_per_fit_in_workers_s'] * 1e3:.1f} ms / {serial_cpu * 1e3:.1f} ms |",
+        f"| throughput per core against serial | "
+        f"{r['fits_per_wall_s'] * serial_cpu / r['cores']:.2f} |",
+        f"| scheduler RSS first / mean of first third / mean of last third / max | "
+        f"{r['scheduler_rss_mib']['first']:.0f} / {r['scheduler_rss_mib']['first_third']:.0f}"
+        f" / {r['scheduler_rss_mib']['last_third']:.0f} / {r['scheduler_rss_mib']['max']:.0f}"
+        " MiB |",
+    ]
+    (HERE / "results" / "campaign.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fits", type=int, default=10_000)
+    main(parser.parse_args().fits)
