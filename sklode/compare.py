@@ -93,14 +93,7 @@ def _warning_fields(caught):
 
 
 def _record(method, problem, trial, seed, theta0, noise=None):
-    """Fit one estimator on one trial; never raises (failures are recorded). One BLAS and
-    OpenMP thread in whatever process runs it: loky limits its workers itself, Dask's do
-    not, and four two-thread workers on two cores spent 2.5x the CPU per fit."""
-    with threadpool_limits(limits=1):
-        return _one_record(method, problem, trial, seed, theta0, noise)
-
-
-def _one_record(method, problem, trial, seed, theta0, noise):
+    """Fit one estimator on one trial; never raises (failures are recorded)."""
     record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
               "noise": float(problem.noise if noise is None else noise),
               "noise_kind": problem.noise_kind,
