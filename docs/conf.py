@@ -66,5 +66,10 @@ sphinx_gallery_conf = {
 
 html_theme = "pydata_sphinx_theme"
 html_title = "sklode"
-html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False}
-html_static_path = []
+# Three top-level sections (user guide, gallery, API): the header holds them on one line at
+# 1280 px (a dozen long page titles wrapped onto three), and each page of the user guide
+# shows the guide's pages in the left sidebar (top-level pages left it empty).
+html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False,
+                      "header_links_before_dropdown": 3}
+html_static_path = ["_static"]
+html_css_files = ["sklode.css"]
