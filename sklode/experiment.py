@@ -97,6 +97,20 @@ def _require(columns, names, what):
                          f"{list(columns)}.")
 
 
+def _observable_column(columns, values, value):
+    """The column of a long table that names the observables ``values`` (they are not
+    columns of their own), when ``observable=`` was left out."""
+    missing = [v for v in values if v not in columns]
+    candidates = [name for name, cells in columns.items()
+                  if cells.dtype.kind in "OUS" and set(missing) <= set(cells.astype(str))]
+    if len(candidates) != 1 or value not in columns:
+        raise ValueError(
+            f"values names {missing}, which are not columns of the table {list(columns)}: "
+            "for a wide table name its columns; for a long one say which column names the "
+            "observable (observable=) and which holds the values (value=, default 'value').")
+    return candidates[0]
+
+
 def experiments_from_table(table, *, time="time", experiment=None, values=None,
                            observable=None, value="value", doses=None, dose_state="state",
                            dose_amount="amount", dose_time=None, **settings):
@@ -121,7 +135,8 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
         them; in a long table, which names of the ``observable`` column to keep (default:
         all, in order of first appearance).
     observable : str, optional
-        In a long table, the column naming each row's observable.
+        In a long table, the column naming each row's observable (found by itself when
+        ``values`` names observables that are not columns and one text column holds them).
     value : str, default="value"
         In a long table, the column holding the values.
     doses : pandas.DataFrame or dict, optional
@@ -156,6 +171,8 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
     """
     columns = _columns(table)
     _require(columns, [time] + ([experiment] if experiment else []), "table")
+    if observable is None and values is not None and not set(values) <= set(columns):
+        observable = _observable_column(columns, values, value)
     n_rows = len(columns[time])
     groups = columns[experiment] if experiment else np.zeros(n_rows, dtype=int)
     names = list(dict.fromkeys(groups.tolist()))

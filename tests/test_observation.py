@@ -409,3 +409,15 @@ def test_profile_intervals_with_a_fitted_noise_are_likelihood_ratio_intervals():
             theta = est.theta_.copy()
             theta[j] = end
             assert neg_log_likelihood(est, experiments, theta=theta) > est.neg_log_likelihood_ + 1.9
+
+
+def test_a_long_table_is_recognised_from_the_values_it_names():
+    from sklode import experiments_from_table
+
+    long = {"subject": [1, 1, 2, 2], "time": [0.5, 1.0, 0.5, 1.0],
+            "observable": ["conc"] * 4, "value": [2.0, 1.5, 3.0, 2.5]}
+    exps = experiments_from_table(long, time="time", experiment="subject", values=["conc"])
+    assert [e.name for e in exps] == [1, 2]
+    assert_allclose(exps[1].Y[:, 0], [3.0, 2.5])
+    with pytest.raises(ValueError, match="say which column names the observable"):
+        experiments_from_table(long, time="time", experiment="subject", values=["auc"])
