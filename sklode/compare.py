@@ -153,7 +153,8 @@ def _run(tasks, n_jobs, progress, total, on_result=None):
     backend) with one BLAS thread, as in loky's and Dask's workers: a product summed by two
     threads differs in the last bits (WENDy's estimates by 6e-15), and records must not
     depend on n_jobs or the backend. ``on_result(index, record)``: called as each fit
-    finishes (in completion order), e.g. to store it at once."""
+    finishes (in completion order), e.g. to store it at once; the records are then not
+    returned (None)."""
     if on_result is not None:  # tag each task with its position: results come unordered
         tasks = [delayed(_indexed)(k, task) for k, task in enumerate(tasks)]
     with threadpool_limits(limits=1):
@@ -169,11 +170,9 @@ def _run(tasks, n_jobs, progress, total, on_result=None):
                 jobs = tqdm(jobs, total=total, desc="sklode compare", unit="fit")
         if on_result is None:
             return list(jobs)
-        out = [None] * len(tasks)
-        for k, record in jobs:
-            on_result(k, record)
-            out[k] = record
-        return out
+        for k, record in jobs:  # handed on, not kept: a long campaign's records stay in the
+            on_result(k, record)  # store, not in this process's memory
+        return None
 
 
 def _indexed(k, task):
