@@ -51,7 +51,7 @@ from .models._base import HeldParameters, ScaledStates
 
 __all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "full_theta", "hold_fixed",
            "is_linear_on_data", "misfit_ratios", "on_state_scale", "release_fixed",
-           "require_observed", "require_t0_at_first_time", "sigma_per_state", "standard_errors",
+           "require_observed", "sigma_per_state", "standard_errors",
            "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
@@ -1091,25 +1091,6 @@ def from_state_scale(transformed, z0, z0_stderr):
     x0 = transformed.to_x(z0)
     slope = np.asarray(transformed.scale) * (np.abs(x0) if transformed.log else 1.0)
     return x0, slope * np.asarray(z0_stderr)
-
-
-def require_t0_at_first_time(data, estimator_name):
-    """Raise a ValueError when an experiment's ``t0`` is before its first observation: the
-    methods on the data grid (BCD-prox, WENDy) place the initial state at that time.
-
-    Parameters
-    ----------
-    data : ExperimentData
-    estimator_name : str
-        For the message.
-    """
-    for k, experiment in enumerate(data.experiments):
-        if experiment.t0 != experiment.t[0]:
-            where = f" of experiment {k}" if data.several else ""
-            raise ValueError(
-                f"{estimator_name} places the initial state at the first observation time"
-                f"{where}, {experiment.t[0]:g}; got t0={experiment.t0:g}. Leave t0 unset, or "
-                "use AdjointODE, which integrates from any t0.")
 
 
 def hold_fixed(model, fixed, theta0, bounds):

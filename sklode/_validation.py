@@ -699,9 +699,6 @@ def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimato
     return t_sorted, Y_sorted, np.isfinite(Y_sorted), (y_ndim, order)
 
 
-_FIRST_DOSE_OR_TIME = object()  # t0 of Experiment objects whose t0 and the estimator's are None
-
-
 def _experiment_objects(t, Y):
     """``t`` as an :class:`sklode.Experiment` or a list of them, or None for arrays."""
     from .experiment import Experiment as Given
@@ -722,7 +719,12 @@ def _experiment_objects(t, Y):
 
 
 def _experiment_settings(given, model, x0, t0):
-    """Per-experiment ``x0`` and ``t0`` rows: each Experiment's own, else the estimator's."""
+    """Per-experiment ``x0`` rows and ``t0``: each Experiment's own, else the estimator's.
+
+    Returns ``(rows, t0, default_t0)``: ``default_t0`` (each experiment's first time or
+    dose) when neither the experiments nor the estimator give a ``t0`` (``t0`` is then
+    None), else None.
+    """
     items = given if isinstance(given, list) else [given]
     n, d = len(items), model.n_states
     if x0 is None:
@@ -737,20 +739,16 @@ def _experiment_settings(given, model, x0, t0):
                 raise ValueError(f"Experiment {e.name or k}: x0 needs {d} values, one per "
                                  f"state {model.state_names}; got {own.size}.")
             rows[k] = own
+    # a dose before the first sample: integrate from the dose
+    firsts = [min([float(np.min(np.reshape(e.t, -1)))] + [float(dd[0]) for dd in
+                                                          (e.doses or ())]) for e in items]
     if all(e.t0 is None for e in items):
-        times = t0
-        if t0 is None:
-            times = _FIRST_DOSE_OR_TIME
-    else:
-        base = (np.full(n, np.nan) if t0 is None else np.broadcast_to(
-            as_float_array(t0, "t0", example="times").reshape(-1), (n,)).astype(float))
-        times = [float(e.t0) if e.t0 is not None else base[k] for k, e in enumerate(items)]
-        if np.any(np.isnan(times)):
-            # an experiment without its own t0, and no estimator t0: its first time or dose
-            firsts = [min([float(np.min(np.reshape(e.t, -1)))]
-                          + [float(dd[0]) for dd in (e.doses or ())]) for e in items]
-            times = [f if np.isnan(v) else v for v, f in zip(times, firsts)]
-    return rows, times
+        return rows, t0, (firsts if t0 is None else None)
+    base = (np.full(n, np.nan) if t0 is None else np.broadcast_to(
+        as_float_array(t0, "t0", example="times").reshape(-1), (n,)).astype(float))
+    times = [float(e.t0) if e.t0 is not None else base[k] if np.isfinite(base[k])
+             else firsts[k] for k, e in enumerate(items)]
+    return rows, times, None
 
 
 def _experiment_extras(given, model, Y, order, where):
@@ -868,7 +866,9 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     if given is not None:
         t = [e.t for e in given] if isinstance(given, list) else given.t
         Y = [e.Y for e in given] if isinstance(given, list) else given.Y
-        x0, t0 = _experiment_settings(given, model, x0, t0)
+        x0, t0, default_t0 = _experiment_settings(given, model, x0, t0)
+    else:
+        default_t0 = None
     several = _is_experiment_list(t)
     if several:
         if not isinstance(Y, (list, tuple)) or len(Y) != len(t):
@@ -894,12 +894,9 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         missing = [model.state_names[i] for i in np.flatnonzero(known_but_missing)]
         raise ValueError(f"estimate_x0 says the initial values of {missing} are known, but "
                          f"x0 does not give them (x0={x0!r}): pass x0, or estimate them.")
-    if t0 is None or (given is not None and t0 is _FIRST_DOSE_OR_TIME):
-        t0_values = [float(ti[0]) for ti, *_ in checked]
-        if given is not None:  # a dose before the first sample: integrate from the dose
-            for k, e in enumerate(given if isinstance(given, list) else [given]):
-                times = [float(d[0]) for d in (e.doses or ())]
-                t0_values[k] = min([t0_values[k]] + times)
+    if t0 is None:
+        t0_values = (default_t0 if default_t0 is not None
+                     else [float(ti[0]) for ti, *_ in checked])
         if warn_initial_time:
             _warn_if_initial_time_is_ambiguous(model, mask, t0_values)
     else:

@@ -26,7 +26,6 @@ from threadpoolctl import threadpool_limits
 from ._store import Store, fit_key, read_store
 from ._validation import check_experiments, check_theta0
 from .datasets import Problem, get_problem, list_problems, make_trajectory
-from .exceptions import ConvergenceWarning
 from .integrate import simulate
 from .metrics import prediction_error
 from .models import check_model

@@ -77,8 +77,9 @@ def test_nominal_likelihood_and_a_fit_back_to_it():
     by_hand = sum(np.sum(0.5 * np.log(2 * np.pi * s**2) + 0.5 * (r / s) ** 2)
                   for r, s in zip(residual, sds))
     assert nll_nominal == pytest.approx(by_hand, rel=1e-9)
-    # from 20-30 % off every estimated parameter (inside the table's bounds) and I0, the fit returns to the nominal
-    # optimum or below it: the collection's nominal values are its reported optimum
+    # from 20-30 % off every estimated parameter (inside the table's bounds) and I0, the
+    # fit returns to the nominal optimum or below it: the collection's nominal values are
+    # its reported optimum
     start = _theta({k: v * (1.3 if i % 2 else 0.8) for i, (k, v) in enumerate(nominal.items())})
     start = np.clip(start, *(np.array(b) * f for b, f in zip(_bounds(), (1.01, 0.99))))
     moved = [type(e)(e.t, e.Y, t0=0.0, x0=[e.x0[0], e.x0[1] * 0.7, 0.0], name=e.name,

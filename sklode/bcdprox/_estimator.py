@@ -19,7 +19,6 @@ from .._estimator import (
     likelihood_attributes,
     on_state_scale,
     require_state_data,
-    require_t0_at_first_time,
     sigma_per_state,
     warn_not_converged,
 )
@@ -385,7 +384,6 @@ class BCDProxODE(ODEEstimator):
         require_state_data(model, given, self.noise_kind, name, proportional=False)
         split = DoseSplit(given, name, self._min_samples(), node_at_t0=True)
         data = split.data  # doses at t0 folded in, later doses split, a node at t0
-        require_t0_at_first_time(data, name)
         x0_bounds = check_bounds(self.x0_bounds, model.n_states, model.state_names,
                                  name="x0_bounds")
         transformed = None
