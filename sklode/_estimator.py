@@ -283,8 +283,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                     f"received {len(items)}: a new experiment needs its whole initial state "
                     "known (Experiment(x0=...) with estimate_x0=False), or predict the fitted "
                     "ones, in order.")
-            starts.append((e.t, x0, t0, e.doses, experiment_theta(self.theta_, e,
-                                                                  self.model)))
+            starts.append((e.t, x0, t0, e.doses, conditioned_theta(self.theta_, e.conditions,
+                                                                   self.model)))
         return starts, isinstance(given, list)
 
     def _starts(self, t, x0, t0):
@@ -304,14 +304,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             return [(tk, xk, t0k, (), self.theta_) for tk, xk, t0k in starts], several
         # the fitted experiments, with the doses and conditions they were fitted with
         fitted = getattr(self, "_fitted_experiments", [((), None)] * len(starts))
-        out = []
-        for (tk, xk, t0k), (doses, conditions) in zip(starts, fitted):
-            theta = self.theta_
-            mapping = condition_map(conditions, self.model)
-            if mapping is not None:
-                theta = mapping[0] @ theta + mapping[1]
-            out.append((tk, xk, t0k, doses, theta))
-        return out, several
+        return [(tk, xk, t0k, doses, conditioned_theta(self.theta_, conditions, self.model))
+                for (tk, xk, t0k), (doses, conditions) in zip(starts, fitted)], several
 
     def _array_starts(self, t, x0, t0):
         """``[(times, x0, t0), ...]`` to integrate from arrays, and whether the answer is a
@@ -561,21 +555,21 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                                 self.theta_ + z * self.theta_stderr_])
 
 
-def experiment_theta(theta, experiment, model):
-    """An experiment's parameters: its conditions applied to the shared ``theta``.
+def conditioned_theta(theta, conditions, model):
+    """An experiment's parameters: its ``conditions`` applied to the shared ``theta``.
 
     Parameters
     ----------
     theta : ndarray of shape (n_params,)
-    experiment : Experiment
-        Validated (:mod:`sklode._validation`).
+    conditions : dict or None
+        A validated experiment's conditions (:mod:`sklode._validation`).
     model : ODEModel
 
     Returns
     -------
     ndarray of shape (n_params,)
     """
-    mapping = condition_map(experiment.conditions, model)
+    mapping = condition_map(conditions, model)
     theta = np.asarray(theta, dtype=np.float64)
     return theta if mapping is None else mapping[0] @ theta + mapping[1]
 
@@ -598,7 +592,7 @@ def states_at_observations(model, theta, data, x0s, options):
     thetas : list of ndarray of shape (n_params,)
     """
     x0s = np.reshape(x0s, (-1, data.n_states))
-    thetas = [experiment_theta(theta, e, model) for e in data.experiments]
+    thetas = [conditioned_theta(theta, e.conditions, model) for e in data.experiments]
     states = [simulate(model, th, x0, e.t, t0=e.t0, doses=e.doses, **options)
               for e, x0, th in zip(data.experiments, x0s, thetas)]
     return states, thetas
@@ -843,7 +837,7 @@ def predicted_observables(model, theta, experiment, x0, t, options):
     -------
     ndarray of shape (n_times, n_observables)
     """
-    theta = experiment_theta(theta, experiment, model)
+    theta = conditioned_theta(theta, experiment.conditions, model)
     X = simulate(model, theta, x0, t, t0=experiment.t0, doses=experiment.doses, **options)
     return model.observe_values(t, X, theta)
 

@@ -94,6 +94,7 @@ class Store:
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute(_SCHEMA)
             self.connection.commit()
+            self.versions = json.dumps(versions())  # the same for every fit of this run
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path} is not an sklode results store (SQLite): {exc}. "
                              "Give a new path or an existing store.") from None
@@ -134,7 +135,7 @@ class Store:
                 "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, record.get("problem", ""), record["method"], int(record.get("trial", 0)),
                  int(record.get("seed", 0)), record["status"], json.dumps(record),
-                 json.dumps(settings, sort_keys=True), json.dumps(versions()), time.time()))
+                 json.dumps(settings, sort_keys=True), self.versions, time.time()))
 
     def records(self, keys=None):
         """Stored records, in the order of ``keys`` (default: as inserted).

@@ -414,7 +414,7 @@ def _read_experiments(path, time_column, mapping, model, observed, experiment, d
                            for c in cells[time_column]]}
     for name, column in zip(observed, columns):
         table[name] = [_number(c, f"{path} column {column!r}") for c in cells[column]]
-    doses = None
+    doses = dose_time = None
     if dose_table:
         dose_header, dose_cells = _read_columns(dose_table)
         dose_time = time_column if time_column in dose_header else "time"
@@ -424,18 +424,15 @@ def _read_experiments(path, time_column, mapping, model, observed, experiment, d
             raise ValueError(f"--dose-table {dose_table} needs the columns {needed} (NONMEM "
                              f"style: experiment, time, state dosed, amount); it has "
                              f"{dose_header}.")
-        doses = {experiment: [_label(c) for c in dose_cells[experiment]],
-                 dose_time: [_number(c, f"{dose_table} column {dose_time!r}")
-                             for c in dose_cells[dose_time]],
-                 "state": [_label(c) for c in dose_cells["state"]],
-                 "amount": [_number(c, f"{dose_table} column 'amount'")
-                            for c in dose_cells["amount"]]}
-        doses = {k: np.asarray(v, dtype=object if k in (experiment, "state") else float)
-                 for k, v in doses.items()}
-        doses["dose_time"] = dose_time
+        doses = {experiment: np.array([_label(c) for c in dose_cells[experiment]],
+                                      dtype=object),
+                 dose_time: np.array([_number(c, f"{dose_table} column {dose_time!r}")
+                                      for c in dose_cells[dose_time]]),
+                 "state": np.array([_label(c) for c in dose_cells["state"]], dtype=object),
+                 "amount": np.array([_number(c, f"{dose_table} column 'amount'")
+                                     for c in dose_cells["amount"]])}
     table = {k: np.asarray(v, dtype=object if k == experiment else float)
              for k, v in table.items()}
-    dose_time = doses.pop("dose_time") if doses else None
     experiments = experiments_from_table(table, time=time_column, experiment=experiment,
                                          values=observed, doses=doses, dose_time=dose_time)
     return experiments, list(observed), columns
