@@ -31,7 +31,8 @@ import time
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+if __name__ == "__main__":  # single-threaded when run; importing it (the tests) changes nothing
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -42,7 +43,6 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 import sklode  # noqa: E402
 from sklode import AdjointODE, Experiment, simulate  # noqa: E402
 
-torch.set_num_threads(1)
 HERE = Path(__file__).parent
 HALF_LOG_2PI = 0.5 * np.log(2 * np.pi)
 
@@ -54,6 +54,7 @@ class OralPK(sklode.ODEModel):
     state_names = ("gut", "central")
     param_names = ("ka", "ke", "V", "a", "b")
     observable_names = ("conc",)
+    default_theta = (1.0, 0.2, 20.0, 0.3, 0.2)
 
     def rhs(self, t, x, theta):
         ka, ke = theta[0], theta[1]
@@ -233,6 +234,7 @@ def fit_adjoint(problem):
 
 
 def main():
+    torch.set_num_threads(1)  # here, not at import: the tests import OralPK from this file
     rng = np.random.default_rng(2026)
     problems = [pk_problem(rng), reporter_problem(rng), lv_problem(rng)]
     rows = []

@@ -3,28 +3,15 @@ observation layer (module level, so that they pickle)."""
 
 import numpy as np
 import torch
+from observation import (
+    OralPK,  # benchmarks/observation.py: the same model as its PK problem
+)
 
 import sklode
 from sklode import Experiment, simulate
 
-
-class OralPK(sklode.ODEModel):
-    """Oral absorption read as a concentration, combined additive + proportional error."""
-
-    state_names = ("gut", "central")
-    param_names = ("ka", "ke", "V", "a", "b")
-    observable_names = ("conc",)
-    default_theta = (1.0, 0.2, 20.0, 0.3, 0.2)
-
-    def rhs(self, t, x, theta):
-        ka, ke = theta[0], theta[1]
-        return torch.stack([-ka * x[..., 0], ka * x[..., 0] - ke * x[..., 1]], dim=-1)
-
-    def observe(self, t, x, theta):
-        return x[..., 1:2] / theta[2]
-
-    def noise_sd(self, t, y, theta):
-        return theta[3] + theta[4] * y
+__all__ = ["OralPK", "TwoStates", "TwoConditionLV", "BertozziSIR", "PK_TRUTH", "PK_TIMES",
+           "pk_experiments", "two_state_experiments", "bertozzi_experiments"]
 
 
 class TwoStates(sklode.ODEModel):
