@@ -2,11 +2,14 @@
 in flight (toward #29)."""
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+
+import pytest
 
 from sklode.cli import main
 from sklode.compare import compare, read_store
@@ -72,3 +75,17 @@ def test_a_killed_campaign_resumes_to_the_uninterrupted_records(tmp_path, capsys
     order = {(r["method"], r["trial"]): r for r in resumed}
     assert _theta([order[(r["method"], r["trial"])] for r in uninterrupted]) == \
         _theta(uninterrupted)
+
+
+def test_the_progress_bar_counts_what_is_left_with_an_eta(tmp_path, capsys):
+    # a resumed campaign shows a bar over the fits still to run, with tqdm's rate and ETA
+    pytest.importorskip("tqdm")
+    path = tmp_path / "bar.sqlite"
+    compare("lotka_volterra", ["wendy"], trials=1, as_frame=False, store=path)
+    capsys.readouterr()
+    compare("lotka_volterra", ["wendy"], trials=3, as_frame=False, store=path, progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    last = [line for line in bar if line.startswith("sklode compare")][-1]
+    assert "2/2" in last  # one of three fits was in the store: two left
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d", last)  # elapsed < remaining (the ETA)
+    assert "fit/s" in last or "s/fit" in last
