@@ -1,0 +1,32 @@
+"""PEtab and SBML in: a PEtab problem (SBML model, conditions, measurements, observables,
+noise and parameter tables) read into an ODE model in generated torch code, a list of
+:class:`~sklode.Experiment` and a multi-start :class:`~sklode.AdjointODE`.
+
+Needs the optional extra ``petab`` (``pip install 'sklode[petab]'``: petab, python-libsbml,
+sbmlmath, sympy) to read files; :class:`GeneratedModel` itself needs only torch, so fitted
+estimators load anywhere.
+
+Examples
+--------
+>>> from sklode import petab                                       # doctest: +SKIP
+>>> problem = petab.load("Boehm_JProteomeRes2014/Boehm_JProteomeRes2014.yaml")  # doctest: +SKIP
+>>> problem.neg_log_likelihood(problem.nominal)                    # doctest: +SKIP
+>>> est = problem.estimator(n_starts=10, random_state=0).fit(problem.experiments)  # doctest: +SKIP
+"""
+
+from ._model import GeneratedModel
+from ._sbml import UnsupportedFeature
+
+__all__ = ["GeneratedModel", "PEtabProblem", "UnsupportedFeature", "load", "read_sbml"]
+
+
+def __getattr__(name):  # the readers need the optional extra; import them on first use
+    if name in ("load", "PEtabProblem"):
+        from . import _problem
+
+        return getattr(_problem, name)
+    if name == "read_sbml":
+        from ._sbml import read_sbml
+
+        return read_sbml
+    raise AttributeError(f"module 'sklode.petab' has no attribute {name!r}")

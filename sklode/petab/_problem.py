@@ -1,0 +1,602 @@
+"""A PEtab problem read into sklode: the model (generated torch code), the experiments and
+the parameter table, with PEtab's negative log-likelihood and a multi-start AdjointODE."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..experiment import Experiment
+from ._model import GeneratedModel
+from ._sbml import UnsupportedFeature, read_sbml
+
+__all__ = ["PEtabProblem", "load"]
+
+_SCALES = ("lin", "log", "log10")
+#: (observableTransformation, noiseDistribution) -> sklode's noise kind
+_KINDS = {("lin", "normal"): "absolute", ("log", "normal"): "lognormal",
+          ("log10", "normal"): "log10normal", ("lin", "laplace"): "laplace"}
+_PLACEHOLDER = re.compile(r"^(observable|noise)Parameter(\d+)_(.+)$")
+
+
+def _imports():
+    try:
+        import petab.v1 as petab
+        import sympy
+        from petab.v1.math import sympify_petab
+    except ImportError as exc:
+        raise ImportError(
+            "sklode.petab needs the optional extra 'petab': pip install 'sklode[petab]' "
+            f"(petab, python-libsbml, sbmlmath, sympy); missing: {exc.name}") from None
+    return petab, sympy, sympify_petab
+
+
+def _is_missing(value):
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (
+        isinstance(value, str) and value.strip() == "")
+
+
+def _number_or_name(value):
+    """A PEtab table entry: a float, or a parameter id (str)."""
+    if isinstance(value, (int, float, np.number)):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+@dataclass
+class PEtabProblem:
+    """A PEtab problem in sklode's terms (what :func:`load` returns).
+
+    Attributes
+    ----------
+    model : GeneratedModel
+        The SBML model with the problem's observables and noise model, in torch code.
+    experiments : list of Experiment
+        One per simulation condition (split further where measurement rows give the
+        observable or noise parameters different values, or repeat a time), with the
+        condition table's and the measurement table's overrides as ``conditions``.
+    parameter_names : tuple of str
+        The estimated parameters, in the parameter table's order.
+    nominal : ndarray
+        Their nominal values (linear scale).
+    scales : tuple of str
+        Their scales ("lin", "log", "log10"): the optimiser works on that scale.
+    lower, upper : ndarray
+        Their bounds (linear scale).
+    fixed : dict
+        Every other entry of the model's theta and its value.
+    noise_kind : dict
+        The noise kind of each observable.
+    name : str
+    path : pathlib.Path
+    """
+
+    model: GeneratedModel
+    experiments: list
+    parameter_names: tuple
+    nominal: np.ndarray
+    scales: tuple
+    lower: np.ndarray
+    upper: np.ndarray
+    fixed: dict
+    noise_kind: dict
+    name: str
+    path: Path
+    parameter_table: object = None
+
+    def __repr__(self):
+        return (f"PEtabProblem({self.name!r}: {self.model.n_states} states, "
+                f"{len(self.parameter_names)} estimated parameters, "
+                f"{len(self.experiments)} experiments, "
+                f"{sum(int(np.isfinite(e.Y).sum()) for e in self.experiments)} measurements)")
+
+    # ------------------------------------------------------------------ parameters
+    def theta(self, values=None):
+        """The model's full theta with the estimated parameters at ``values``.
+
+        Parameters
+        ----------
+        values : array-like of shape (n_estimated,) or dict, optional
+            Linear scale, in :attr:`parameter_names` order (default: the nominal values).
+
+        Returns
+        -------
+        ndarray of shape (model.n_params,)
+        """
+        values = self._values(values)
+        full = dict(self.fixed)
+        full.update(zip(self.parameter_names, values))
+        return np.array([full[name] for name in self.model.param_names], dtype=np.float64)
+
+    def _values(self, values):
+        if values is None:
+            return self.nominal.copy()
+        if isinstance(values, dict):
+            missing = [n for n in self.parameter_names if n not in values]
+            if missing:
+                raise ValueError(f"values misses the estimated parameter(s) {missing}.")
+            return np.array([float(values[n]) for n in self.parameter_names])
+        values = np.asarray(values, dtype=np.float64).ravel()
+        if values.size != len(self.parameter_names):
+            raise ValueError(f"values has {values.size} entries; the problem estimates "
+                             f"{len(self.parameter_names)} parameters "
+                             f"({', '.join(self.parameter_names[:5])}, ...).")
+        return values
+
+    # ------------------------------------------------------------------ likelihood
+    def simulate(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
+        """Each experiment's observables at its times, at ``values`` (linear scale).
+
+        Returns
+        -------
+        list of ndarray of shape (n_times, n_observables)
+        """
+        from .._estimator import states_at_observations
+        from .._validation import check_experiments
+
+        model = self.model
+        data = check_experiments(self.experiments, None, model=model, estimate_x0=False,
+                                 min_samples=1, estimator_name="PEtabProblem",
+                                 warn_initial_time=False)
+        x0s = np.array([e.x0 for e in data.experiments])
+        states, thetas = states_at_observations(
+            model, self.theta(values), data, x0s,
+            {"integrator": integrator, "rtol": rtol, "atol": atol})
+        return [model.observe_values(e.t, X, th)
+                for e, X, th in zip(data.experiments, states, thetas)]
+
+    def neg_log_likelihood(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
+        """PEtab's negative log-likelihood of the measurements at ``values``.
+
+        Parameters
+        ----------
+        values : array-like of shape (n_estimated,) or dict, optional
+            The estimated parameters on the linear scale (default: nominal).
+        rtol, atol : float
+            Tolerances of the forward solve.
+
+        Returns
+        -------
+        float
+            ``inf`` where the model cannot be integrated.
+        """
+        from .._estimator import states_at_observations
+        from .._likelihood import data_neg_log_likelihood
+        from .._validation import check_experiments
+        from ..exceptions import SklodeError
+
+        model = self.model
+        data = check_experiments(self.experiments, None, model=model, estimate_x0=False,
+                                 min_samples=1, estimator_name="PEtabProblem",
+                                 warn_initial_time=False)
+        x0s = np.array([e.x0 for e in data.experiments])
+        try:
+            states, thetas = states_at_observations(
+                model, self.theta(values), data, x0s,
+                {"integrator": integrator, "rtol": rtol, "atol": atol})
+        except SklodeError:
+            return float("inf")
+        nll, _ = data_neg_log_likelihood(model, data.experiments, data.observed, states,
+                                         thetas, None, self.noise_kind)
+        return float(nll)
+
+    # ------------------------------------------------------------------ fitting
+    def starts(self, n_starts, random_state=None):
+        """``n_starts`` start points drawn uniformly in the bounds on each parameter's
+        scale (linear scale values, shape (n_starts, n_estimated))."""
+        from sklearn.utils import check_random_state
+
+        rng = check_random_state(random_state)
+        lo, hi = self._on_scale(self.lower), self._on_scale(self.upper)
+        draws = lo + (hi - lo) * rng.uniform(size=(int(n_starts), lo.size))
+        return self._from_scale(draws)
+
+    def _on_scale(self, values):
+        out = np.array(values, dtype=np.float64, copy=True)
+        for i, scale in enumerate(self.scales):
+            if scale == "log":
+                out[..., i] = np.log(out[..., i])
+            elif scale == "log10":
+                out[..., i] = np.log10(out[..., i])
+        return out
+
+    def _from_scale(self, values):
+        out = np.array(values, dtype=np.float64, copy=True)
+        for i, scale in enumerate(self.scales):
+            if scale == "log":
+                out[..., i] = np.exp(out[..., i])
+            elif scale == "log10":
+                out[..., i] = 10.0 ** out[..., i]
+        return out
+
+    def estimator(self, *, n_starts=1, random_state=None, n_jobs=None, theta0=None,
+                  **settings):
+        """An :class:`~sklode.AdjointODE` posed on this problem: its bounds, scales (log and
+        log10 parameters optimised on the log scale), fixed values and noise model; random
+        starts drawn uniformly in the bounds on each parameter's scale.
+
+        Parameters
+        ----------
+        n_starts : int, default=1
+        random_state : int, RandomState instance or None
+        n_jobs : int, optional
+            Starts fitted in parallel (joblib).
+        theta0 : array-like of shape (n_estimated,), optional
+            The first start (linear scale); default the nominal values.
+        **settings
+            Other AdjointODE parameters (``rtol``, ``max_iter``, ``optimizer``, ...).
+
+        Returns
+        -------
+        AdjointODE
+            Unfitted; fit it on :attr:`experiments`.
+        """
+        from ..adjoint import AdjointODE
+
+        start = self.theta(None if theta0 is None else theta0)
+        names = list(self.model.param_names)
+        lower = np.full(len(names), -np.inf)
+        upper = np.full(len(names), np.inf)
+        positive = np.zeros(len(names), dtype=bool)
+        for k, name in enumerate(self.parameter_names):
+            i = names.index(name)
+            lower[i], upper[i] = self.lower[k], self.upper[k]
+            positive[i] = self.scales[k] != "lin"
+        fixed = {n: v for n, v in self.fixed.items()}
+        # a start strictly inside the box (PEtab's nominal values may sit on a bound)
+        span = upper - lower
+        inside = np.clip(start, lower + 1e-9 * np.where(np.isfinite(span), span, 0),
+                         upper - 1e-9 * np.where(np.isfinite(span), span, 0))
+        options = dict(theta0=inside, estimate_x0=False, fixed=fixed,
+                       bounds=(lower, upper), positive=positive, noise_kind=self.noise_kind,
+                       n_starts=n_starts, random_state=random_state, n_jobs=n_jobs,
+                       rtol=1e-8, atol=1e-10)
+        options.update(settings)
+        return AdjointODE(self.model, **options)
+
+    def parameter_table_of(self, estimator_or_values):
+        """The parameter table (a pandas DataFrame) with ``nominalValue`` replaced by a
+        fit's estimates (linear scale), ready for ``petab.v1.write_parameter_df``.
+
+        Parameters
+        ----------
+        estimator_or_values : fitted estimator from :meth:`estimator`, or array-like
+        """
+        values = getattr(estimator_or_values, "theta_", None)
+        if values is not None:
+            index = {n: i for i, n in enumerate(self.model.param_names)}
+            values = [values[index[n]] for n in self.parameter_names]
+        values = self._values(values if values is not None else estimator_or_values)
+        table = self.parameter_table.copy()
+        for name, value in zip(self.parameter_names, values):
+            table.loc[name, "nominalValue"] = float(value)
+        return table
+
+
+def load(yaml_path):
+    """Read a PEtab problem (its YAML file) into sklode.
+
+    Parameters
+    ----------
+    yaml_path : str or os.PathLike
+        The problem's YAML file (PEtab format version 1).
+
+    Returns
+    -------
+    PEtabProblem
+
+    Raises
+    ------
+    sklode.petab.UnsupportedFeature
+        Naming the SBML or PEtab feature the problem uses that the import does not support
+        (events, pre-equilibration, steady-state measurements, log-Laplace noise, ...).
+
+    Examples
+    --------
+    >>> from sklode import petab  # doctest: +SKIP
+    >>> problem = petab.load("Bertozzi_PNAS2020/problem.yaml")  # doctest: +SKIP
+    >>> problem.neg_log_likelihood(problem.nominal)  # doctest: +SKIP
+    """
+    petab, sp, sympify_petab = _imports()
+    path = Path(yaml_path)
+    with warnings.catch_warnings():  # petab's deprecation notices are not the user's
+        warnings.simplefilter("ignore")
+        problem = petab.Problem.from_yaml(str(path))
+    return _Builder(problem, path, sp, sympify_petab, petab).build()
+
+
+class _Builder:
+    """The steps of :func:`load`, sharing the tables and the symbolic model."""
+
+    def __init__(self, problem, path, sp, sympify_petab, petab):
+        self.problem, self.path, self.sp, self.petab = problem, path, sp, petab
+        self.sympify_petab = sympify_petab
+        document = problem.model.sbml_document
+        self.ode = read_sbml(document)
+        self.name = problem.model.model_id or path.stem
+
+    def _formula(self, text, what):
+        sp = self.sp
+        if _is_missing(text):
+            raise ValueError(f"{what} is empty.")
+        expr = self.sympify_petab(str(text)) if not isinstance(text, (int, float)) else \
+            sp.Float(float(text), 17)
+        expr = sp.sympify(expr)
+        table = {}
+        for s in expr.free_symbols:
+            if s.name == "time" or (s.name == "t" and s.name not in self.ode.symbols):
+                table[s] = self.ode.time
+            else:
+                table[s] = self.ode.symbols.get(s.name) or self.sp.Symbol(s.name, real=True)
+        return expr.xreplace(table)
+
+    def build(self):
+        sp, problem = self.sp, self.problem
+        ode = self.ode
+        measurements = problem.measurement_df.copy()
+        if "preequilibrationConditionId" in measurements and \
+                measurements["preequilibrationConditionId"].map(
+                    lambda v: not _is_missing(v)).any():
+            raise UnsupportedFeature("pre-equilibration (preequilibrationConditionId in the "
+                                     "measurement table): the start at a steady state of "
+                                     "another condition")
+        if not np.all(np.isfinite(measurements["time"].astype(float))):
+            raise UnsupportedFeature("steady-state measurements (time = inf)")
+        observables = problem.observable_df
+        obs_ids = list(observables.index)
+        used = [o for o in obs_ids if (measurements["observableId"] == o).any()]
+
+        # ---- the observation model: formulas, noise formulas, kinds
+        obs_exprs, noise_exprs, kinds, placeholders = [], [], {}, []
+        for oid in used:
+            row = observables.loc[oid]
+            transform = row.get("observableTransformation", "lin")
+            transform = "lin" if _is_missing(transform) else str(transform)
+            dist = row.get("noiseDistribution", "normal")
+            dist = "normal" if _is_missing(dist) else str(dist)
+            if (transform, dist) not in _KINDS:
+                raise UnsupportedFeature(f"the noise model {transform}-{dist} (observable "
+                                         f"{oid!r}); supported: normal on lin/log/log10, "
+                                         "Laplace on lin")
+            kinds[oid] = _KINDS[transform, dist]
+            obs_exprs.append(self._formula(row["observableFormula"],
+                                           f"The formula of observable {oid!r}"))
+            noise = row.get("noiseFormula", 1.0)
+            noise_exprs.append(self._formula(noise, f"The noise formula of {oid!r}"))
+        for expr in obs_exprs + noise_exprs:
+            for s in expr.free_symbols:
+                m = _PLACEHOLDER.match(s.name)
+                if m and s.name not in placeholders:
+                    placeholders.append(s.name)
+
+        # ---- theta: model parameters, placeholders, parameter-table ids, x0 multiplexers
+        parameters = problem.parameter_df
+        names = list(ode.parameters)
+        for extra in placeholders + [p for p in parameters.index if p not in ode.parameters]:
+            if extra not in names and extra not in ode.states:
+                names.append(extra)
+        values = dict(ode.parameters)
+        for p in placeholders:
+            values.setdefault(p, float("nan"))  # must be set by every measurement row
+
+        conditions = problem.condition_df
+        cond_columns = [c for c in conditions.columns if c != "conditionName"]
+        for c in cond_columns:
+            if c not in values and c not in ode.states:
+                if c in ode.assignments:
+                    raise UnsupportedFeature(f"a condition table column ({c!r}) that an "
+                                             "assignment rule sets")
+                raise ValueError(f"The condition table's column {c!r} names no parameter, "
+                                 "compartment or species of the model.")
+
+        # states whose initial value depends on parameters (or a condition names one)
+        state_index = {s: i for i, s in enumerate(ode.states)}
+        shifted = []
+        for s, g in zip(ode.states, ode.initial):
+            named = s in conditions.columns and conditions[s].map(
+                lambda v: isinstance(_number_or_name(v), str)).any()
+            if g.free_symbols or named:
+                shifted.append(s)
+        for s in shifted:
+            names += [f"x0_weight:{s}", f"x0_value:{s}"]
+            values[f"x0_weight:{s}"], values[f"x0_value:{s}"] = 1.0, 0.0
+        symbol = {n: ode.symbols.get(n) or sp.Symbol(n, real=True) for n in names}
+        z = {s: sp.Symbol(f"_z_{i}", real=True) for i, s in enumerate(ode.states)}
+        state_value = {}
+        for s, g in zip(ode.states, ode.initial):
+            if s in shifted:
+                state_value[ode.symbols[s]] = (z[s] + symbol[f"x0_weight:{s}"] * g
+                                               + symbol[f"x0_value:{s}"])
+            else:
+                state_value[ode.symbols[s]] = z[s]
+        # shifts are written in parameters only (an initial value never names a state)
+        rhs = [e.xreplace(state_value) for e in ode.rhs]
+
+        def in_model_terms(expr):
+            expr = expr.xreplace({ode.symbols[v]: e for v, e in ode.assignments.items()
+                                  if v in ode.symbols})
+            return expr.xreplace(state_value)
+
+        obs_exprs = [in_model_terms(e) for e in obs_exprs]
+        y = {self.sp.Symbol(oid, real=True): sp.Symbol(f"_y_{j}", real=True)
+             for j, oid in enumerate(used)}
+        noise_exprs = [in_model_terms(e.xreplace({s: y[s] for s in e.free_symbols
+                                                  if s in y})) for e in noise_exprs]
+        # a noise formula that names states is computed in observe, as an extra observable
+        # that no measurement holds (its column all NaN), which noise_sd then reads
+        auxiliary = []
+        states_z = set(z.values())
+        for j, (oid, e) in enumerate(zip(used, noise_exprs)):
+            if e.free_symbols & states_z:
+                reverse = {v: obs_exprs[k] for k, v in enumerate(y.values())}
+                obs_exprs.append(e.xreplace(reverse))
+                auxiliary.append(f"sd({oid})")
+                noise_exprs[j] = sp.Symbol(f"_y_{len(used) + len(auxiliary) - 1}", real=True)
+        n_aux = len(auxiliary)
+        aux_kinds = {a: "absolute" for a in auxiliary}
+
+        # ---- generated code
+        from ._codegen import function_source
+
+        reads = {ode.time: "t"}
+        reads.update({z[s]: f"x[..., {i}]" for s, i in state_index.items()})
+        reads.update({symbol[n]: f"theta[{i}]" for i, n in enumerate(names)})
+        source = function_source("rhs", "t, x, theta", rhs, reads, "x.shape[:-1]")
+        source += "\n" + function_source("observe", "t, x, theta", obs_exprs, reads,
+                                         "x.shape[:-1]")
+        noise_reads = {ode.time: "t"}
+        noise_reads.update({symbol[n]: f"theta[{i}]" for i, n in enumerate(names)})
+        noise_reads.update({sp.Symbol(f"_y_{j}", real=True): f"y[..., {j}]"
+                            for j in range(len(used) + n_aux)})
+        # the extra observables' own noise is 1 (they are never measured)
+        source += "\n" + function_source("noise_sd", "t, y, theta",
+                                         noise_exprs + [sp.Integer(1)] * n_aux,
+                                         noise_reads, "y.shape[:-1]")
+        defaults = [values.get(n, float("nan")) for n in names]
+        for n in names:
+            if n in parameters.index:
+                defaults[names.index(n)] = float(parameters.loc[n, "nominalValue"])
+        model = GeneratedModel(tuple(ode.states), tuple(names), source,
+                               observable_names=tuple(used) + tuple(auxiliary),
+                               default_theta=tuple(np.nan_to_num(defaults, nan=1.0)),
+                               name=self.name)
+
+        # ---- parameter table
+        for col in ("parameterScale", "lowerBound", "upperBound", "nominalValue", "estimate"):
+            if col not in parameters.columns:
+                raise ValueError(f"The parameter table has no column {col!r}.")
+        estimated = [p for p in parameters.index if int(parameters.loc[p, "estimate"]) == 1]
+        scales = tuple(str(parameters.loc[p, "parameterScale"]) for p in estimated)
+        for p, s in zip(estimated, scales):
+            if s not in _SCALES:
+                raise UnsupportedFeature(f"the parameter scale {s!r} of {p!r}")
+        fixed = {}
+        for n in names:
+            if n in estimated:
+                continue
+            if n in parameters.index:
+                fixed[n] = float(parameters.loc[n, "nominalValue"])
+            else:
+                fixed[n] = float(values.get(n, float("nan")))
+        for p in estimated:
+            if p not in names:  # pragma: no cover - every table id is in names
+                raise ValueError(f"The estimated parameter {p!r} is not used by the problem.")
+
+        experiments = self._experiments(measurements, used, names, conditions, cond_columns,
+                                        shifted, fixed, len(used) + n_aux)
+        nan_fixed = [n for n, v in fixed.items() if math.isnan(v) and not any(
+            e.conditions and n in e.conditions for e in experiments)]
+        if nan_fixed:
+            raise ValueError(f"The parameter(s) {nan_fixed[:5]} have no value: not in the "
+                             "parameter table and set by no condition or measurement row.")
+        for n in list(fixed):
+            if math.isnan(fixed[n]):
+                fixed[n] = 1.0  # every experiment sets it (checked above)
+        return PEtabProblem(
+            model=model, experiments=experiments, parameter_names=tuple(estimated),
+            nominal=np.array([float(parameters.loc[p, "nominalValue"]) for p in estimated]),
+            scales=scales,
+            lower=np.array([float(parameters.loc[p, "lowerBound"]) for p in estimated]),
+            upper=np.array([float(parameters.loc[p, "upperBound"]) for p in estimated]),
+            fixed=fixed, noise_kind={**kinds, **aux_kinds}, name=self.name, path=self.path,
+            parameter_table=parameters.copy())
+
+    def _initial_values(self, condition, shifted, fixed):
+        """Each state's x0 in one condition (0 for shifted states: their offset is in the
+        model) and the conditions that set the shifts."""
+        ode, sp = self.ode, self.sp
+        x0 = np.zeros(len(ode.states))
+        overrides = {}
+        for i, (s, g) in enumerate(zip(ode.states, ode.initial)):
+            value = condition.get(s, float("nan")) if condition is not None else float("nan")
+            value = None if _is_missing(value) else _number_or_name(value)
+            if s in shifted:
+                if value is not None:
+                    overrides[f"x0_weight:{s}"] = 0.0
+                    overrides[f"x0_value:{s}"] = value
+                continue
+            if value is not None:
+                x0[i] = float(value)
+            else:
+                x0[i] = float(sp.N(g, 17))
+        return x0, overrides
+
+    def _experiments(self, measurements, used, names, conditions, cond_columns, shifted,
+                     fixed, n_observables):
+        sp = self.sp
+        experiments = []
+        for cid, rows in measurements.groupby("simulationConditionId", sort=False):
+            if cid not in conditions.index:
+                raise ValueError(f"The measurement table names the condition {cid!r}, which "
+                                 "the condition table does not define.")
+            condition = conditions.loc[cid]
+            base = {}
+            for c in cond_columns:
+                if c in self.ode.states:
+                    continue
+                value = condition[c]
+                if _is_missing(value):
+                    continue
+                base[c] = _number_or_name(value)
+            x0, x0_overrides = self._initial_values(condition, shifted, fixed)
+            base.update(x0_overrides)
+            # each row's placeholder values; rows that disagree go to separate experiments
+            assignments = [self._row_overrides(row) for _, row in rows.iterrows()]
+            groups = []  # (assignment dict, list of row positions)
+            for k, assignment in enumerate(assignments):
+                for merged, members in groups:
+                    if all(merged.get(p, v) == v for p, v in assignment.items()) and not \
+                            self._repeats(rows, members, k):
+                        merged.update(assignment)
+                        members.append(k)
+                        break
+                else:
+                    groups.append((dict(assignment), [k]))
+            for g, (assignment, members) in enumerate(groups):
+                sub = rows.iloc[members]
+                times = np.unique(sub["time"].astype(float).to_numpy())
+                Y = np.full((times.size, n_observables), np.nan)
+                for _, row in sub.iterrows():
+                    Y[np.searchsorted(times, float(row["time"])),
+                      used.index(row["observableId"])] = float(row["measurement"])
+                conds = dict(base)
+                conds.update(assignment)
+                for key, value in list(conds.items()):
+                    if isinstance(value, str) and value not in names:
+                        raise ValueError(f"Condition {cid!r} sets {key!r} to {value!r}, "
+                                         "which is no parameter of the problem.")
+                name = cid if len(groups) == 1 else f"{cid} [{g + 1}]"
+                experiments.append(Experiment(times, Y, x0=x0, t0=0.0, conditions=conds,
+                                              name=name))
+        return experiments
+
+    @staticmethod
+    def _repeats(rows, members, k):
+        """Whether row ``k`` repeats the time and observable of a row already in members."""
+        row = rows.iloc[k]
+        sub = rows.iloc[members]
+        return bool(((sub["observableId"] == row["observableId"])
+                     & (sub["time"].astype(float) == float(row["time"]))).any())
+
+    def _row_overrides(self, row):
+        """The placeholder values one measurement row sets."""
+        out = {}
+        oid = row["observableId"]
+        for kind, column in (("observable", "observableParameters"),
+                             ("noise", "noiseParameters")):
+            value = row.get(column, float("nan"))
+            if _is_missing(value):
+                continue
+            parts = self.petab.split_parameter_replacement_list(value)
+            for k, part in enumerate(parts, start=1):
+                out[f"{kind}Parameter{k}_{oid}"] = _number_or_name(part)
+        return out
