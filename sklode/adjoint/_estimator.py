@@ -22,7 +22,7 @@ from .._estimator import (
 )
 from .._objective import NOISE_KINDS, objective_for_experiments
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
-from .._validation import bounds_with_positivity, check_bounds, check_fixed
+from .._validation import bounds_with_positivity, check_bounds, check_fixed, check_positive
 from ..exceptions import (
     ConvergenceWarning,
     IntegrationError,
@@ -141,9 +141,11 @@ class AdjointODE(ODEEstimator):
         and ``solver_`` says why. None: start from ``theta0``.
     n_starts : int, default=1
         Optimise from this many starts and keep the one with the lowest cost: the start
-        above (``theta0`` or ``init``'s) and ``n_starts - 1`` random ones, each fitted
-        parameter multiplied by ``exp(N(0, 1))``. Starts whose trajectory cannot be
-        integrated are skipped.
+        above (``theta0`` or ``init``'s) and ``n_starts - 1`` random ones: uniform in
+        ``bounds`` on the optimiser's scale (log-uniform for ``positive`` parameters) when
+        every fitted parameter has finite bounds, otherwise each fitted parameter multiplied
+        by ``exp(N(0, 1))``. Starts whose trajectory cannot be integrated are skipped;
+        ``n_starts_at_best_`` counts the starts that reached the best cost.
     random_state : int, RandomState instance or None, default=None
         Seed of the random starts (they are drawn before any fit, so the result does not
         depend on ``n_jobs``).
@@ -180,6 +182,11 @@ class AdjointODE(ODEEstimator):
         parameters, ``inf`` variance for unidentifiable ones (see ``unidentifiable_``).
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
+    start_costs_ : ndarray of shape (n_starts,)
+        The final cost of every start (``inf`` where it could not be integrated).
+    n_starts_at_best_ : int
+        Starts whose cost ended within 0.1 of the best (with a noise model the cost is
+        ``-log L`` up to a constant, so 0.1 log-likelihood units).
     x0_stderr_ : ndarray of shape (n_states,) or (n_experiments, n_states)
         Standard errors of ``x0_`` from the same covariance; zero for known components.
     unidentifiable_ : tuple of str
@@ -337,6 +344,9 @@ class AdjointODE(ODEEstimator):
         if not finished:
             raise outcomes[0][1]  # no start could be integrated: the first one's reason
         best = min(finished)[1]  # lowest cost; ties to the earlier start (any n_jobs)
+        start_costs = np.full(len(starts), np.inf)
+        for cost, k in finished:
+            start_costs[k] = cost
         objective, res = outcomes[best]
         n_solves = sum(o.n_forward + o.n_derivative for o, _ in outcomes)
         if len(starts) > 1:
@@ -360,7 +370,9 @@ class AdjointODE(ODEEstimator):
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
             n_iter_=res.n_iter, n_solves_=n_solves,
             converged_=bool(res.converged), stop_reason_=res.stop_reason,
-            solver_=res.solver + start_note,
+            solver_=res.solver + start_note, start_costs_=start_costs,
+            # within 0.1 of the best cost (-log L units with a noise model): "reached it"
+            n_starts_at_best_=int(np.sum(start_costs <= start_costs[best] + 0.1)),
             **likelihood_attributes(self.model, theta, data, x0, self._simulation_options(),
                                     sigma=self.sigma, noise_kind=self.noise_kind,
                                     n_fitted=int(fitted.sum()) + objective.n_x0),
@@ -541,15 +553,30 @@ class AdjointODE(ODEEstimator):
         return objective, res
 
     def _random_starts(self, theta0, fitted):
-        """``theta0`` and ``n_starts - 1`` random starts around it, drawn up front from
-        ``random_state`` (so the result does not depend on ``n_jobs``): each fitted
-        parameter multiplied by ``exp(N(0, 1))`` (signs kept, a factor of e at one standard
-        deviation), a zero one drawn from ``N(0, 1)``."""
+        """``theta0`` and ``n_starts - 1`` random starts, drawn up front from
+        ``random_state`` (so the result does not depend on ``n_jobs``). Where every fitted
+        parameter has finite bounds the starts cover the box: uniform on the optimiser's
+        scale (log-uniform for ``positive`` parameters), as multistart tools draw them;
+        otherwise each fitted parameter is ``theta0`` multiplied by ``exp(N(0, 1))`` (signs
+        kept, a factor of e at one standard deviation), a zero one drawn from ``N(0, 1)``."""
         rng = check_random_state(self.random_state)
         starts = [theta0.copy()]
+        lower, upper = self._theta_limits()
+        log_scale = check_positive(self.positive, self.model.n_params)
+        box = bool(np.all(np.isfinite(lower[fitted]) & np.isfinite(upper[fitted])))
+        if box:  # the held parameters' (maybe infinite) bounds are not drawn from
+            lower, upper = np.where(fitted, lower, 0.0), np.where(fitted, upper, 0.0)
+            lo = np.where(log_scale & (lower > 0), np.log(np.where(lower > 0, lower, 1)),
+                          lower)
+            hi = np.where(log_scale & (lower > 0), np.log(np.where(upper > 0, upper, 1)),
+                          upper)
         for _ in range(self.n_starts - 1):
-            draw = rng.standard_normal(theta0.size)
-            start = np.where(theta0 != 0, theta0 * np.exp(draw), draw)
+            if box:
+                u = lo + (hi - lo) * rng.uniform(size=theta0.size)
+                start = np.where(log_scale & (lower > 0), np.exp(u), u)
+            else:
+                draw = rng.standard_normal(theta0.size)
+                start = np.where(theta0 != 0, theta0 * np.exp(draw), draw)
             starts.append(np.where(fitted, start, theta0))
         return starts
 
