@@ -1,0 +1,323 @@
+"""sklode.petab (#26): SBML and PEtab tables read into a generated torch model.
+
+A small problem written here exercises every construct (compartments of two sizes, a
+concentration and an amount species, a function definition, an assignment rule with a
+piecewise in time, a rate rule, an initial assignment, condition overrides by number and
+by parameter name, a species' initial value set by a condition, observable and noise
+parameters per measurement row, a log10 observable, a Laplace observable whose noise names
+the observable): its simulation is compared with a hand-written model, its -log L with
+petab's own calculate_llh on the hand-written simulation. The twelve development problems
+load (or are refused by name) and their nominal -log L equal AMICI's.
+"""
+
+import json
+import pickle
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+petab = pytest.importorskip("petab.v1")
+pytest.importorskip("libsbml")
+pytest.importorskip("sbmlmath")
+
+from sklode import petab as sk_petab  # noqa: E402
+from sklode.petab import UnsupportedFeature  # noqa: E402
+
+COLLECTION = Path(__file__).resolve().parents[2] / "shared" / "petab"
+AMICI = json.loads((Path(__file__).parent / "data" / "petab_amici_nominal.json").read_text())
+
+SBML = """<?xml version="1.0" encoding="UTF-8"?>
+<sbml xmlns="http://www.sbml.org/sbml/level3/version1/core" level="3" version="1">
+ <model id="small">
+  <listOfFunctionDefinitions>
+   <functionDefinition id="mm"><math xmlns="http://www.w3.org/1998/Math/MathML">
+    <lambda><bvar><ci>s</ci></bvar><bvar><ci>v</ci></bvar><bvar><ci>K</ci></bvar>
+     <apply><divide/><apply><times/><ci>v</ci><ci>s</ci></apply>
+      <apply><plus/><ci>K</ci><ci>s</ci></apply></apply></lambda></math>
+   </functionDefinition>
+  </listOfFunctionDefinitions>
+  <listOfCompartments>
+   <compartment id="cyt" size="2" constant="true"/>
+   <compartment id="nuc" size="0.5" constant="true"/>
+  </listOfCompartments>
+  <listOfSpecies>
+   <species id="A" compartment="cyt" initialConcentration="1" hasOnlySubstanceUnits="false"
+            boundaryCondition="false" constant="false"/>
+   <species id="B" compartment="nuc" initialAmount="0.2" hasOnlySubstanceUnits="false"
+            boundaryCondition="false" constant="false"/>
+   <species id="C" compartment="cyt" hasOnlySubstanceUnits="true"
+            boundaryCondition="false" constant="false"/>
+  </listOfSpecies>
+  <listOfParameters>
+   <parameter id="k1" value="1.3" constant="true"/>
+   <parameter id="k2" value="0.7" constant="true"/>
+   <parameter id="k2_alt" value="0.4" constant="true"/>
+   <parameter id="c0" value="0.25" constant="true"/>
+   <parameter id="kdeg" value="0.3" constant="true"/>
+   <parameter id="tswitch" value="1.5" constant="true"/>
+   <parameter id="drive" constant="false"/>
+   <parameter id="P" value="1" constant="false"/>
+  </listOfParameters>
+  <listOfInitialAssignments>
+   <initialAssignment symbol="C"><math xmlns="http://www.w3.org/1998/Math/MathML">
+    <apply><times/><cn>2</cn><ci>c0</ci></apply></math></initialAssignment>
+  </listOfInitialAssignments>
+  <listOfRules>
+   <assignmentRule variable="drive"><math xmlns="http://www.w3.org/1998/Math/MathML">
+    <piecewise><piece><cn>1</cn><apply><lt/>
+      <csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>
+      <ci>tswitch</ci></apply></piece><otherwise><cn>0.5</cn></otherwise></piecewise>
+   </math></assignmentRule>
+   <rateRule variable="P"><math xmlns="http://www.w3.org/1998/Math/MathML">
+    <apply><times/><cn>-1</cn><ci>kdeg</ci><ci>P</ci></apply></math></rateRule>
+  </listOfRules>
+  <listOfReactions>
+   <reaction id="R1" reversible="false">
+    <listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/>
+    </listOfReactants>
+    <listOfProducts><speciesReference species="B" stoichiometry="1" constant="true"/>
+    </listOfProducts>
+    <kineticLaw><math xmlns="http://www.w3.org/1998/Math/MathML">
+     <apply><times/><ci>cyt</ci><apply><ci>mm</ci><ci>A</ci><ci>k1</ci><cn>0.5</cn></apply>
+      <ci>drive</ci></apply></math></kineticLaw>
+   </reaction>
+   <reaction id="R2" reversible="false">
+    <listOfReactants><speciesReference species="B" stoichiometry="1" constant="true"/>
+    </listOfReactants>
+    <listOfProducts><speciesReference species="C" stoichiometry="2" constant="true"/>
+    </listOfProducts>
+    <kineticLaw><math xmlns="http://www.w3.org/1998/Math/MathML">
+     <apply><times/><ci>nuc</ci><ci>k2</ci><ci>B</ci></apply></math></kineticLaw>
+   </reaction>
+  </listOfReactions>
+ </model>
+</sbml>
+"""
+
+CONDITIONS = """conditionId\tk2\tA
+c1\t0.8\t
+c2\tk2_alt\t2.0
+"""
+OBSERVABLES = """observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\tnoiseDistribution
+obs_A\tobservableParameter1_obs_A * A + offset\tnoiseParameter1_obs_A\tlin\tnormal
+obs_C\tC / cyt\tsd_C\tlog10\tnormal
+obs_P\tP + B\tnoiseParameter1_obs_P * obs_P\tlin\tlaplace
+"""
+PARAMETERS = """parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate
+k1\tlog10\t0.01\t100\t1.3\t1
+k2_alt\tlog10\t0.01\t100\t0.4\t1
+c0\tlin\t0\t10\t0.25\t1
+kdeg\tlog\t0.01\t10\t0.3\t1
+tswitch\tlin\t0\t10\t1.5\t0
+scale_A\tlin\t0.1\t10\t1.5\t1
+offset\tlin\t-1\t1\t0.1\t0
+sd_C\tlog10\t0.001\t1\t0.05\t1
+"""
+TIMES = np.array([0.5, 1.0, 2.0, 3.0, 4.0])
+
+
+def _hand_written(condition):
+    """The problem's ODE written by hand: A, B concentrations, C an amount, P a rate rule."""
+    k1, c0, kdeg, tswitch = 1.3, 0.25, 0.3, 1.5
+    k2 = 0.8 if condition == "c1" else 0.4
+    cyt, nuc = 2.0, 0.5
+    a0 = 1.0 if condition == "c1" else 2.0
+
+    def rhs(t, x):
+        A, B, C, P = x
+        drive = 1.0 if t < tswitch else 0.5
+        r1 = cyt * k1 * A / (0.5 + A) * drive
+        r2 = nuc * k2 * B
+        return [-r1 / cyt, (r1 - r2) / nuc, 2 * r2, -kdeg * P]
+
+    x0 = [a0, 0.2 / nuc, 2 * c0, 1.0]
+    first = solve_ivp(rhs, (0, tswitch), x0, rtol=1e-12, atol=1e-14, method="DOP853")
+    second = solve_ivp(rhs, (tswitch, TIMES[-1]), first.y[:, -1], t_eval=TIMES[TIMES > tswitch],
+                       rtol=1e-12, atol=1e-14, method="DOP853")
+    early = solve_ivp(rhs, (0, tswitch), x0, t_eval=TIMES[TIMES < tswitch], rtol=1e-12,
+                      atol=1e-14, method="DOP853")
+    A, B, C, P = np.hstack([early.y, second.y])
+    scale = 1.5 if condition == "c1" else 2.0
+    return {"obs_A": scale * A + 0.1, "obs_C": C / cyt, "obs_P": P + B}
+
+
+@pytest.fixture(scope="module")
+def small_problem(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("small_petab")
+    (folder / "model.xml").write_text(SBML)
+    (folder / "conditions.tsv").write_text(CONDITIONS)
+    (folder / "observables.tsv").write_text(OBSERVABLES)
+    (folder / "parameters.tsv").write_text(PARAMETERS)
+    rng = np.random.default_rng(0)
+    rows = ["observableId\tsimulationConditionId\tmeasurement\ttime\tobservableParameters"
+            "\tnoiseParameters"]
+    for condition, scale in (("c1", "scale_A"), ("c2", "2.0")):
+        clean = _hand_written(condition)
+        for k, t in enumerate(TIMES):
+            noisy = {"obs_A": clean["obs_A"][k] + 0.1 * rng.standard_normal(),
+                     "obs_C": clean["obs_C"][k] * 10 ** (0.05 * rng.standard_normal()),
+                     "obs_P": clean["obs_P"][k] + 0.2 * clean["obs_P"][k] * rng.laplace()}
+            rows.append(f"obs_A\t{condition}\t{float(noisy['obs_A'])!r}\t{t}\t{scale}\t0.1")
+            rows.append(f"obs_C\t{condition}\t{float(noisy['obs_C'])!r}\t{t}\t\t")
+            if k != 2:  # a gap: obs_P not measured at t = 2
+                rows.append(f"obs_P\t{condition}\t{float(noisy['obs_P'])!r}\t{t}\t\t0.2")
+    (folder / "measurements.tsv").write_text("\n".join(rows) + "\n")
+    (folder / "problem.yaml").write_text(textwrap.dedent("""\
+        format_version: 1
+        parameter_file: parameters.tsv
+        problems:
+        - condition_files: [conditions.tsv]
+          measurement_files: [measurements.tsv]
+          observable_files: [observables.tsv]
+          sbml_files: [model.xml]
+        """))
+    return folder
+
+
+def test_the_generated_model_simulates_the_hand_written_one(small_problem):
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    assert problem.parameter_names == ("k1", "k2_alt", "c0", "kdeg", "scale_A", "sd_C")
+    assert problem.scales == ("log10", "log10", "lin", "log", "lin", "log10")
+    assert problem.noise_kind == {"obs_A": "absolute", "obs_C": "log10normal",
+                                  "obs_P": "laplace"}
+    simulated = problem.simulate(rtol=1e-12, atol=1e-14)
+    for experiment, Y in zip(problem.experiments, simulated):
+        clean = _hand_written(experiment.name)
+        for j, name in enumerate(problem.model.observables):
+            # 1e-8: both integrations at rtol 1e-12; the drive's switch at t = 1.5 is a
+            # kink the hand-written solve splits at and LSODA steps across
+            np.testing.assert_allclose(Y[:, j], clean[name], rtol=1e-8, atol=1e-12)
+
+
+def test_the_negative_log_likelihood_is_petabs(small_problem):
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    p = petab.Problem.from_yaml(str(small_problem / "problem.yaml"))
+    simulation = p.measurement_df.copy()
+    for condition in ("c1", "c2"):
+        clean = _hand_written(condition)
+        for name, values in clean.items():
+            rows = (simulation.simulationConditionId == condition) & (
+                simulation.observableId == name)
+            simulation.loc[rows, "simulation"] = values[
+                np.searchsorted(TIMES, simulation.loc[rows, "time"].to_numpy())]
+    simulation = simulation.rename(columns={"measurement": "_m"}).rename(
+        columns={"simulation": "simulation"})
+    reference = -petab.calculate_llh(p.measurement_df, simulation.drop(columns="_m"),
+                                     p.observable_df, p.parameter_df)
+    # 1e-9 relative: the same -log L from simulations that agree to ~1e-10
+    assert problem.neg_log_likelihood(rtol=1e-12, atol=1e-14) == pytest.approx(reference,
+                                                                               rel=1e-9)
+    values = problem.nominal * 1.1  # elsewhere: finite and larger (the data were drawn here)
+    assert problem.neg_log_likelihood(values) > problem.neg_log_likelihood() - 5
+
+
+def test_conditions_placeholders_and_initial_values_per_experiment(small_problem):
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    c1, c2 = problem.experiments
+    assert c1.conditions["k2"] == 0.8 and c2.conditions["k2"] == "k2_alt"
+    assert c1.conditions["observableParameter1_obs_A"] == "scale_A"
+    assert c2.conditions["observableParameter1_obs_A"] == 2.0
+    assert c1.conditions["noiseParameter1_obs_P"] == 0.2
+    assert np.isnan(c1.Y[2, 2]) and np.isfinite(c1.Y[1, 2])  # the gap in obs_P
+    # C's initial value 2 c0 depends on a parameter: it is integrated as an offset from it
+    assert "x0_weight:C" in problem.model.param_names
+
+
+def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    est = problem.estimator(n_starts=3, random_state=0, theta0=problem.nominal * 1.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 30 values for 6 unknowns: verdicts not tested here
+        est.fit(problem.experiments)
+    # the fit is at least as good as the nominal point the data were drawn at
+    assert est.neg_log_likelihood_ <= problem.neg_log_likelihood() + 1e-6
+    assert est.n_starts_at_best_ >= 1 and est.start_costs_.shape == (3,)
+    table = problem.parameter_table_of(est)
+    fitted = dict(zip(problem.model.param_names, est.theta_))
+    assert table.loc["k1", "nominalValue"] == pytest.approx(fitted["k1"])
+    assert table.loc["tswitch", "nominalValue"] == 1.5  # not estimated: unchanged
+    # the generated model pickles (its source is a constant), with the fitted estimator
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict(problem.experiments)[0],
+                                  est.predict(problem.experiments)[0])
+
+
+def test_random_starts_lie_in_the_bounds_on_their_scale(small_problem):
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    starts = problem.starts(200, random_state=0)
+    assert np.all(starts >= problem.lower) and np.all(starts <= problem.upper)
+    k1 = np.log10(starts[:, 0])  # log10 scale on [0.01, 100]: uniform on [-2, 2]
+    # 200 uniform draws: the mean within 4 standard errors (4 * 1.15 / sqrt(200) = 0.33)
+    assert abs(k1.mean()) < 0.33
+
+
+def test_unsupported_features_are_named(small_problem, tmp_path):
+    for name in ("model.xml", "conditions.tsv", "observables.tsv", "parameters.tsv",
+                 "problem.yaml"):
+        (tmp_path / name).write_text((small_problem / name).read_text())
+    measurements = (small_problem / "measurements.tsv").read_text().splitlines()
+    (tmp_path / "measurements.tsv").write_text("\n".join(
+        [measurements[0] + "\tpreequilibrationConditionId"]
+        + [row + "\tc1" for row in measurements[1:]]) + "\n")
+    with pytest.raises(UnsupportedFeature, match="pre-equilibration"):
+        sk_petab.load(tmp_path / "problem.yaml")
+    (tmp_path / "measurements.tsv").write_text((small_problem / "measurements.tsv").read_text())
+    event = SBML.replace("</listOfReactions>", """</listOfReactions>
+  <listOfEvents><event useValuesFromTriggerTime="true"><trigger initialValue="false"
+     persistent="true"><math xmlns="http://www.w3.org/1998/Math/MathML"><apply><gt/>
+     <csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>
+     <cn>1</cn></apply></math></trigger><listOfEventAssignments><eventAssignment
+     variable="A"><math xmlns="http://www.w3.org/1998/Math/MathML"><cn>0</cn></math>
+     </eventAssignment></listOfEventAssignments></event></listOfEvents>""")
+    (tmp_path / "model.xml").write_text(event)
+    with pytest.raises(UnsupportedFeature, match="SBML events"):
+        sk_petab.load(tmp_path / "problem.yaml")
+
+
+def _collection_problem(name):
+    folder = COLLECTION / name
+    if not folder.exists():
+        pytest.skip("the PEtab development problems (../shared/petab) are absent")
+    return next(folder.glob("*.yaml"))
+
+
+PROBLEMS = sorted(AMICI["neg_log_likelihood"]) + sorted(AMICI["amici_refused"])
+PREEQUILIBRATED = {"Brannmark_JBC2010", "Weber_BMC2015", "Zheng_PNAS2012"}
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_the_collection_loads_and_its_nominal_likelihood_is_amicis(name):
+    yaml = _collection_problem(name)
+    if name in PREEQUILIBRATED:
+        with pytest.raises(UnsupportedFeature, match="pre-equilibration"):
+            sk_petab.load(yaml)
+        return
+    problem = sk_petab.load(yaml)
+    value = problem.neg_log_likelihood(rtol=1e-10, atol=1e-12)
+    if name in AMICI["neg_log_likelihood"]:
+        # 1e-6 relative, the issue's bar; measured 6e-13 to 1.5e-7 (Fujita: a kink in time
+        # that CVODES meets as an event and LSODA steps across)
+        assert value == pytest.approx(AMICI["neg_log_likelihood"][name], rel=1e-6)
+    else:  # AMICI refuses Fiedler's per-time-point overrides; petab's own llh instead
+        p = petab.Problem.from_yaml(str(yaml))
+        simulated = problem.simulate(rtol=1e-10, atol=1e-12)
+        simulation = p.measurement_df.copy()
+        simulation["simulation"] = np.nan
+        for e, Y in zip(problem.experiments, simulated):
+            condition = e.name.split(" [")[0]
+            for j, obs in enumerate(problem.model.observables):
+                for k, t in enumerate(e.t):
+                    if np.isfinite(e.Y[k, j]):
+                        rows = ((simulation.simulationConditionId == condition)
+                                & (simulation.observableId == obs)
+                                & (simulation.time.astype(float) == t)
+                                & (simulation.measurement == e.Y[k, j]))
+                        simulation.loc[rows, "simulation"] = Y[k, j]
+        assert simulation.simulation.notna().all()
+        reference = -petab.calculate_llh(p.measurement_df, simulation.drop(
+            columns="measurement"), p.observable_df, p.parameter_df)
+        assert value == pytest.approx(reference, rel=1e-9)  # the same simulations
