@@ -622,6 +622,50 @@ def _plot_fit(est, t, Y, path):
     _save_figure(lambda: plot_fit(est, t, Y, random_state=0), path)
 
 
+def petab_command(args, out=None):
+    """``sklode petab PROBLEM.yaml``: the nominal -log L, a multi-start fit, the best
+    parameters (flagged where they sit on a bound) and optionally the parameter table."""
+    import time
+    import warnings
+
+    from . import petab
+    from .exceptions import BoundWarning
+
+    out = out or sys.stdout
+    problem = petab.load(args.problem)
+    print(f"{problem!r}", file=out)
+    print(f"-log L at the nominal parameters: {problem.neg_log_likelihood():.6f}", file=out)
+    settings = {"verbose": 1} if not args.quiet else {}
+    if args.max_iter is not None:
+        settings["max_iter"] = args.max_iter
+    est = problem.estimator(n_starts=args.starts, random_state=args.seed, n_jobs=args.n_jobs,
+                            **settings)
+    start = time.process_time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(problem.experiments)
+    cpu = time.process_time() - start
+    for w in caught:
+        if not issubclass(w.category, (DeprecationWarning, FutureWarning)):
+            print(f"{w.category.__name__}: {w.message}", file=out)
+    finite = np.isfinite(est.start_costs_)
+    print(f"best -log L {est.neg_log_likelihood_:.6f} from {args.starts} starts "
+          f"({est.n_starts_at_best_} within 0.1 of the best, {int((~finite).sum())} could "
+          f"not be integrated); {cpu:.1f} CPU s in this process", file=out)
+    at_bound = {str(w.message) for w in caught if issubclass(w.category, BoundWarning)}
+    index = {n: i for i, n in enumerate(problem.model.param_names)}
+    for name, lo, hi in zip(problem.parameter_names, problem.lower, problem.upper):
+        value = est.theta_[index[name]]
+        flag = "  (on a bound)" if any(f"{name} = " in m for m in at_bound) else ""
+        print(f"  {name:32s} {value:.6g}   [{lo:g}, {hi:g}]{flag}", file=out)
+    if args.output:
+        import petab.v1 as petab_tables
+
+        petab_tables.write_parameter_df(problem.parameter_table_of(est), args.output)
+        print(f"parameter table written to {args.output}", file=out)
+    return est
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="sklode", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -708,6 +752,22 @@ def main(argv=None):
                             "(data and fitted states)")
     p_fit.add_argument("--plot", default=None,
                        help="draw the data and the fit (.png; needs matplotlib)")
+    p_petab = sub.add_parser(
+        "petab", help="fit a PEtab problem (needs the extra 'petab')",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read a PEtab problem (SBML model and tables), print its -log L at the "
+                    "nominal parameters and fit it by AdjointODE from random starts in its "
+                    "bounds (on each parameter's scale).",
+        epilog="example:\n  sklode petab Boehm_JProteomeRes2014.yaml --starts 20 --n-jobs 2 "
+               "--output fitted_parameters.tsv")
+    p_petab.add_argument("problem", help="the problem's YAML file")
+    p_petab.add_argument("--starts", type=int, default=20)
+    p_petab.add_argument("--n-jobs", type=int, default=None)
+    p_petab.add_argument("--seed", type=int, default=0, help="seed of the random starts")
+    p_petab.add_argument("--max-iter", type=int, default=None)
+    p_petab.add_argument("--output", default=None,
+                         help="write the parameter table with the fitted values (.tsv)")
+    p_petab.add_argument("--quiet", action="store_true", help="no line per start")
     p_demo = sub.add_parser("demo", help="fit a built-in noisy problem with every estimator")
     p_demo.add_argument("--problem", default="lotka_volterra", choices=list(PROBLEM_NAMES))
     p_demo.add_argument("--noise", type=float, default=None,
@@ -721,6 +781,8 @@ def main(argv=None):
             demo(args.problem, args.noise, args.seed)
         elif args.command == "compare":
             compare_command(args)
+        elif args.command == "petab":
+            petab_command(args)
         elif args.command == "fit":
             if fit_command(args).cli_problems_:
                 return 1  # a fit that did not converge or fits poorly is not a success

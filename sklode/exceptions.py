@@ -18,6 +18,7 @@ import warnings
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
+    "BoundWarning",
     "ConvergenceWarning",
     "DivergenceError",
     "IdentifiabilityWarning",
@@ -101,6 +102,12 @@ class InitialTimeWarning(UserWarning):
     """Known initial values were given without ``t0`` and the data do not start at time 0,
     so it is ambiguous which time they hold at: they are taken at the first observation time
     (the documented default), and ``t0`` silences the warning."""
+
+
+class BoundWarning(UserWarning):
+    """A fitted parameter ended on one of its bounds: the optimum may lie beyond it (widen
+    the bound if it is not a physical limit), and its standard error and interval, computed
+    as if the bound were not there, do not describe it."""
 
 
 class StartWarning(UserWarning):

@@ -321,3 +321,23 @@ def test_the_collection_loads_and_its_nominal_likelihood_is_amicis(name):
         reference = -petab.calculate_llh(p.measurement_df, simulation.drop(
             columns="measurement"), p.observable_df, p.parameter_df)
         assert value == pytest.approx(reference, rel=1e-9)  # the same simulations
+
+
+def test_the_shipped_example_and_the_command_line(tmp_path, capsys):
+    from sklode.cli import main
+
+    output = tmp_path / "fitted.tsv"
+    assert main(["petab", str(sk_petab.example_path()), "--starts", "2", "--quiet",
+                 "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    # the shipped copy of Bertozzi_PNAS2020 at its nominal values: AMICI's -log L
+    # (158.864268, to the 6 decimals printed)
+    assert "-log L at the nominal parameters: 158.864268" in printed
+    assert "within 0.1 of the best" in printed
+    table = petab.get_parameter_df(str(output))
+    assert set(table.index) >= {"R0_NY", "gamma_CA"} and table["nominalValue"].notna().all()
+
+
+def test_a_bad_problem_path_is_a_clear_error():
+    with pytest.raises(ValueError, match="ships no PEtab problem"):
+        sk_petab.example_path("Boehm_JProteomeRes2014")

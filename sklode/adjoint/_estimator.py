@@ -24,6 +24,7 @@ from .._objective import NOISE_KINDS, objective_for_experiments
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
 from .._validation import bounds_with_positivity, check_bounds, check_fixed, check_positive
 from ..exceptions import (
+    BoundWarning,
     ConvergenceWarning,
     IntegrationError,
     PoorFitWarning,
@@ -165,7 +166,8 @@ class AdjointODE(ODEEstimator):
     atol : float, default=1e-10
         Absolute tolerance of every forward solve.
     verbose : int, default=0
-        Log each iteration through the ``sklode`` logger.
+        Log each iteration through the ``sklode`` logger; with ``n_starts > 1`` also print
+        each start's final cost as it finishes.
 
     Attributes
     ----------
@@ -337,8 +339,16 @@ class AdjointODE(ODEEstimator):
         self._check_enough_values(data, fitted)
         problem = self._fitted_states(data)
         starts = self._random_starts(theta0, fitted)
-        outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(self._solve)(problem, start, fitted) for start in starts)
+        outcomes = []
+        for outcome in Parallel(n_jobs=self.n_jobs, prefer="threads", return_as="generator")(
+                delayed(self._solve)(problem, start, fitted) for start in starts):
+            outcomes.append(outcome)
+            if self.verbose and len(starts) > 1:  # progress per start on long problems
+                objective, res = outcome
+                status = (f"could not be integrated ({res})" if isinstance(res, Exception)
+                          else f"cost {objective.cost(res.u):.6g}")
+                print(f"{type(self).__name__} start {len(outcomes)}/{len(starts)}: {status}",
+                      flush=True)
         finished = [(objective.cost(res.u), k) for k, (objective, res) in enumerate(outcomes)
                     if not isinstance(res, Exception)]
         if not finished:
@@ -354,6 +364,7 @@ class AdjointODE(ODEEstimator):
                            f"{len(starts) - len(finished)} could not be integrated)")
 
         x0, theta = objective.split(objective.to_z(res.u))
+        self._warn_at_bounds(theta, fitted)
         uncertainty = fit_uncertainty(objective, res.u,
                                       unknown_names(objective, problem.model, data.several))
         z0s = x0
@@ -551,6 +562,29 @@ class AdjointODE(ODEEstimator):
         except IntegrationError as exc:
             return objective, exc
         return objective, res
+
+    def _warn_at_bounds(self, theta, fitted):
+        """:class:`BoundWarning` naming the fitted parameters that ended on a finite bound
+        (within 1e-6 of the box's width, on the optimiser's scale)."""
+        checked = check_bounds(self.bounds, self.model.n_params, self.model.param_names)
+        if checked is None:
+            return
+        lower, upper = checked
+        log_scale = check_positive(self.positive, self.model.n_params)
+        at = []
+        for i in np.flatnonzero(fitted):
+            lo, hi, value = lower[i], upper[i], theta[i]
+            if log_scale[i] and lo > 0 and np.isfinite(hi):
+                lo, hi, value = np.log(lo), np.log(hi), np.log(max(value, 1e-300))
+            width = hi - lo if np.isfinite(hi - lo) else max(1.0, abs(value))
+            for bound, side in ((lo, "lower"), (hi, "upper")):
+                if np.isfinite(bound) and abs(value - bound) <= 1e-6 * width:
+                    at.append(f"{self.model.param_names[i]} = {theta[i]:.4g} ({side})")
+        if at:
+            warn(f"{type(self).__name__}: {len(at)} fitted parameter(s) ended on a bound: "
+                 f"{', '.join(at[:8])}{' ...' if len(at) > 8 else ''}. The optimum may lie "
+                 "beyond (widen the bound unless it is a physical limit); their standard "
+                 "errors ignore the bound.", BoundWarning)
 
     def _random_starts(self, theta0, fitted):
         """``theta0`` and ``n_starts - 1`` random starts, drawn up front from

@@ -14,10 +14,38 @@ Examples
 >>> est = problem.estimator(n_starts=10, random_state=0).fit(problem.experiments)  # doctest: +SKIP
 """
 
+from pathlib import Path
+
 from ._model import GeneratedModel
 from ._sbml import UnsupportedFeature
 
-__all__ = ["GeneratedModel", "PEtabProblem", "UnsupportedFeature", "load", "read_sbml"]
+__all__ = ["GeneratedModel", "PEtabProblem", "UnsupportedFeature", "example_path", "load",
+           "read_sbml"]
+
+
+def example_path(name="Bertozzi_PNAS2020"):
+    """The YAML file of a PEtab problem shipped with sklode (from the PEtab benchmark
+    collection, BSD-3-Clause).
+
+    Parameters
+    ----------
+    name : {"Bertozzi_PNAS2020"}
+
+    Returns
+    -------
+    pathlib.Path
+
+    Examples
+    --------
+    >>> from sklode.petab import example_path
+    >>> example_path().name
+    'problem.yaml'
+    """
+    folder = Path(__file__).resolve().parents[1] / "data" / "petab" / name
+    if not folder.is_dir():
+        raise ValueError(f"sklode ships no PEtab problem {name!r}; it has "
+                         "'Bertozzi_PNAS2020'.")
+    return folder / "problem.yaml"
 
 
 def __getattr__(name):  # the readers need the optional extra; import them on first use
