@@ -22,6 +22,8 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# this folder holds petab.py: it must not hide the petab package from the imports below
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 COLLECTION = HERE.parents[1] / "shared" / "petab"
 
 

@@ -125,6 +125,10 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         """Fewest time points per experiment the method accepts (subclasses may need more)."""
         return 2
 
+    def _min_samples_each(self):
+        """With several experiments, the fewest time points each (None: ``_min_samples``)."""
+        return None
+
     def _validate_data(self, t, Y, warn_initial_time=True):
         """The model checked and ``(t, Y)`` with the initial-state settings, validated
         (``warn_initial_time``: False where the fit already said it).
@@ -137,7 +141,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         return check_experiments(
             t, Y, model=model, observed=self.observed, x0=self.x0, t0=self.t0,
             estimate_x0=self.estimate_x0, min_samples=self._min_samples(),
-            estimator_name=type(self).__name__, warn_initial_time=warn_initial_time)
+            estimator_name=type(self).__name__, warn_initial_time=warn_initial_time,
+            min_samples_each=self._min_samples_each())
 
     def _initial_theta(self):
         """``theta0`` as a checked float64 vector inside ``bounds`` and ``positive``.

@@ -829,7 +829,8 @@ def _warn_if_initial_time_is_ambiguous(model, estimate_x0, t0_values):
 
 
 def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_x0=True,
-                      min_samples=2, estimator_name="estimator", warn_initial_time=True):
+                      min_samples=2, estimator_name="estimator", warn_initial_time=True,
+                      min_samples_each=None):
     """Validate training data and the initial-state settings into an :class:`ExperimentData`.
 
     Parameters
@@ -849,6 +850,9 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         Which components of ``x0`` are estimated.
     min_samples : int, default=2
         The fewest time points per experiment the method can work with.
+    min_samples_each : int, optional
+        With several experiments, the fewest per experiment instead (``min_samples`` then
+        bounds their total); None: ``min_samples``.
     estimator_name : str, default="estimator"
         For messages.
     warn_initial_time : bool, default=True
@@ -878,8 +882,14 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
         pairs = list(zip(t, Y))
     else:
         pairs = [(t, Y)]
+    # several experiments: each may be shorter (one time point of a condition, as in PEtab
+    # problems) where the method allows it, the whole not
+    each = min_samples if not several or min_samples_each is None else min_samples_each
+    if several and sum(np.size(ti) for ti, _ in pairs) < min_samples:
+        raise ValueError(f"{estimator_name} needs at least {min_samples} time points in all, "
+                         f"got {sum(np.size(ti) for ti, _ in pairs)}.")
     checked = [_check_one(ti, Yi, index=k if several else None, n_observed=len(observed),
-                          observed_names=names, min_samples=min_samples,
+                          observed_names=names, min_samples=each,
                           estimator_name=estimator_name, state_names=model.state_names)
                for k, (ti, Yi) in enumerate(pairs)]
     n_exp, n_states = len(checked), model.n_states

@@ -8,7 +8,8 @@ import torch
 torch.set_default_dtype(torch.float64)
 
 # The hand-written scipy baselines live with the benchmarks, outside the library.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+# appended, not prepended: benchmarks/petab.py must not hide the petab package
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 @pytest.fixture

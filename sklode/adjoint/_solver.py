@@ -153,6 +153,11 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
 def _least_squares(objective, u0, optimizer, bounds, tol, max_iter, log):
     def jac(u):
         J = objective.jacobian(u)
+        if not np.all(np.isfinite(J)):
+            # a sensitivity that overflowed at a finite residual (a noise level near 0, a
+            # stiff transient): scipy's trf stops on it with a bare "infs or NaNs"; zero
+            # those entries so the trust region steps on with the rest
+            J = np.where(np.isfinite(J), J, 0.0)
         r = objective.residual(u)
         log(0.5 * r @ r, J.T @ r)  # jac runs once per accepted iterate
         return J

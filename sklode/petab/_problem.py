@@ -436,6 +436,8 @@ class _Builder:
         auxiliary = []
         states_z = set(z.values())
         for j, (oid, e) in enumerate(zip(used, noise_exprs)):
+            if e.free_symbols & states_z:  # first: the observable's own formula, as y
+                e = noise_exprs[j] = e.subs(obs_exprs[j], sp.Symbol(f"_y_{j}", real=True))
             if e.free_symbols & states_z:
                 reverse = {v: obs_exprs[k] for k, v in enumerate(y.values())}
                 obs_exprs.append(e.xreplace(reverse))
