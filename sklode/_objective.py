@@ -218,8 +218,12 @@ class LeastSquaresObjective(_Objective):
 
     def __init__(self, model, t0, t, Y, sigma, observed, x0, theta, *, free, prior,
                  invariant, positive, integrator, rtol, atol, fitted=None, observation=None,
-                 doses=None, theta_map=None):
+                 doses=None, theta_map=None, preequilibration=None):
         self.model, self.t0, self.t = model, t0, t
+        # (A, c, x0_pre, reset): start from the steady state reached from x0_pre under the
+        # parameters A @ theta + c, except the ``reset`` components (held at x0)
+        self.preequilibration = preequilibration
+        self._pre_key, self._pre = None, None
         self.mask = np.isfinite(Y)  # observed entries
         self.Y = np.where(self.mask, Y, 0.0)
         self.sigma = np.where(self.mask, sigma, 1.0) if sigma is not None else None
@@ -268,7 +272,39 @@ class LeastSquaresObjective(_Objective):
         x0[self.free] = z[: self.n_x0]
         theta = self.theta_fixed.copy()
         theta[self.fitted] = z[self.n_x0:]
+        if self.preequilibration is not None:
+            x0 = self.preequilibrated(x0, theta)[0]
         return x0, theta
+
+    def preequilibrated(self, x0, theta, with_sensitivities=False):
+        """The start after pre-equilibration and its derivative in the shared theta.
+
+        Returns
+        -------
+        x0 : ndarray of shape (n_states,)
+        D : ndarray of shape (n_states, n_params) or None
+            ``d x0 / d theta`` (shared theta; None unless asked).
+        """
+        from ._steady_state import steady_state
+
+        A, c, x0_pre, reset = self.preequilibration
+        theta_pre = A @ theta + c
+        key = theta_pre.tobytes()
+        if self._pre_key != key or (with_sensitivities and self._pre[1] is None):
+            x_ss, S = steady_state(self.model, theta_pre, x0_pre,
+                                   with_sensitivities=with_sensitivities, **self.solver)
+            self._pre_key, self._pre = key, (x_ss, None if S is None else S @ A)
+        x_ss, D = self._pre
+        start = np.where(reset, x0, x_ss)
+        if with_sensitivities:
+            D = D * (~reset)[:, None]
+        return start, D
+
+    def split_theta(self, u):
+        """The shared theta at the optimiser variables ``u``."""
+        theta = self.theta_fixed.copy()
+        theta[self.fitted] = self.to_z(u)[self.n_x0:]
+        return theta
 
     def experiment_theta(self, theta):
         """This experiment's parameters (its conditions applied to the shared ``theta``).
@@ -417,8 +453,15 @@ class LeastSquaresObjective(_Objective):
         """
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
-        S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0)
-        S = self._unknown_columns(S)
+        if self.preequilibration is None:
+            S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0)
+            S = self._unknown_columns(S)
+        else:  # the start moves with theta through the steady state: chain it in
+            n = self.n_states
+            S_full = sensitivities(self.model, theta, traj, with_x0=True)
+            _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
+            S = self._unknown_columns(S_full[..., n:], x0_part=False)
+            S = S + (S_full[..., :n] @ D)[..., self.fitted]
         if self.observation is None:
             J_data = (S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
                       ).reshape(-1, S.shape[-1])
@@ -477,6 +520,9 @@ class LeastSquaresObjective(_Objective):
         g_theta = g_theta + direct
         if self.theta_map is not None:
             g_theta = self.theta_map[0].T @ g_theta
+        if self.preequilibration is not None:
+            _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
+            g_theta = g_theta + D.T @ g_x0
         r_extra, J_extra = self.extra_terms(x0)
         g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)
@@ -786,9 +832,23 @@ integrator, rtol, atol
         free=experiment.estimate_x0, prior=prior, invariant=penalty,
         positive=check_positive(positive, model.n_params), integrator=integrator, rtol=rtol,
         atol=atol, fitted=fitted, observation=observation, doses=experiment.doses or None,
-        theta_map=condition_map(experiment.conditions, model))
+        theta_map=condition_map(experiment.conditions, model),
+        preequilibration=_preequilibration_of(experiment, model))
     return objective, objective.to_u(np.concatenate([x0[objective.free],
                                                      theta0[objective.fitted]]))
+
+
+def _preequilibration_of(experiment, model):
+    """``(A, c, x0_pre, reset)`` of a validated experiment's pre-equilibration, or None."""
+    pre = getattr(experiment, "preequilibration", None)
+    if pre is None:
+        return None
+    if experiment.estimate_x0.any():
+        raise ValueError(f"Experiment {experiment.name or ''} starts from a pre-equilibrated "
+                         "steady state: its initial state is not estimated (estimate_x0=False).")
+    conditions, x0_pre, reset = pre
+    A, c = condition_map(conditions, model) or (np.eye(model.n_params), np.zeros(model.n_params))
+    return A, c, np.asarray(x0_pre, dtype=np.float64), np.asarray(reset, dtype=bool)
 
 
 def objective_for_experiments(model, data, **settings):

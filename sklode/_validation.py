@@ -92,6 +92,9 @@ class Experiment:
     doses: tuple = ()
     conditions: dict | None = None
     name: str | None = None
+    #: ``(conditions, x0_pre, reset)`` or None: start from the steady state reached from
+    #: ``x0_pre`` under the experiment's parameters with ``conditions`` on top.
+    preequilibration: tuple | None = None
 
     @property
     def complete(self):
@@ -798,6 +801,32 @@ def _experiment_extras(given, model, Y, order, where):
                 raise ValueError(f"conditions{where} set {key!r} to {value!r}: give a finite "
                                  "number or a parameter name.")
         extra["conditions"] = dict(given.conditions)
+    pre = getattr(given, "preequilibration", None)
+    if pre:
+        unknown = set(pre) - {"x0", "conditions", "reset"}
+        if unknown or "x0" not in pre:
+            raise ValueError(f"preequilibration{where} is a dict with 'x0' (one value per "
+                             "state) and optionally 'conditions' and 'reset'; got keys "
+                             f"{sorted(pre)}.")
+        x0_pre = as_float_array(by_name(pre["x0"], model.state_names, "preequilibration x0"),
+                                "preequilibration x0", example="numbers, one per state")
+        if x0_pre.shape != (model.n_states,) or not np.all(np.isfinite(x0_pre)):
+            raise ValueError(f"preequilibration{where}: x0 needs {model.n_states} finite "
+                             f"values, one per state {model.state_names}.")
+        merged = dict(given.conditions or {})
+        merged.update(pre.get("conditions") or {})
+        for key, value in merged.items():
+            if key not in model.param_names or (isinstance(value, str)
+                                                and value not in model.param_names):
+                raise ValueError(f"preequilibration{where} conditions set {key!r} to "
+                                 f"{value!r}: both must be parameters of the model.")
+        reset = np.zeros(model.n_states, dtype=bool)
+        for state in pre.get("reset") or ():
+            if state not in model.state_names:
+                raise ValueError(f"preequilibration{where} resets {state!r}, which is not a "
+                                 f"state of the model {model.state_names}.")
+            reset[model.state_names.index(state)] = True
+        extra["preequilibration"] = (merged, x0_pre, reset)
     return extra
 
 

@@ -40,6 +40,14 @@ class Experiment:
         ``{parameter: number}`` sets a parameter for this experiment only (a known
         stimulus, a body weight); ``{parameter: "other"}`` reads it from another parameter
         of ``param_names``, then fitted (PEtab's condition table).
+    preequilibration : dict, optional
+        Start from a steady state instead of ``x0`` (cells rested before the stimulus;
+        PEtab's pre-equilibration): ``{"x0": start, "conditions": {...}, "reset": [...]}``.
+        The model runs from ``start`` (one value per state) under this experiment's
+        parameters with ``conditions`` applied on top until it stops changing; the
+        experiment then starts there at ``t0``, except the states named in ``reset``,
+        which start at ``x0``. The steady state's sensitivities to the parameters enter
+        the fit (AdjointODE); ``x0`` is then not estimated.
     name : str, optional
         A label (a subject, a plate well) for messages and outputs.
 
@@ -54,7 +62,7 @@ class Experiment:
     """
 
     def __init__(self, t, Y, *, x0=None, t0=None, sigma=None, doses=None, conditions=None,
-                 name=None):
+                 preequilibration=None, name=None):
         self.t = t
         self.Y = Y
         self.x0 = x0
@@ -62,6 +70,7 @@ class Experiment:
         self.sigma = sigma
         self.doses = doses
         self.conditions = conditions
+        self.preequilibration = preequilibration
         self.name = name
 
     def __repr__(self):
@@ -71,6 +80,8 @@ class Experiment:
             parts.append(f"doses={len(self.doses)}")
         if self.conditions:
             parts.append(f"conditions={sorted(self.conditions)}")
+        if self.preequilibration:
+            parts.append("preequilibrated")
         return f"Experiment({', '.join(parts)})"
 
     def __len__(self):

@@ -133,6 +133,10 @@ class ODEModel:
     #: None: the estimator's ``sigma`` and ``noise_kind`` give it. Its parameters are
     #: ordinary entries of ``param_names``, fitted by maximum likelihood with the others.
     noise_sd = None
+    #: Whether :func:`check_model` compares autograd with finite differences; a model with
+    #: steps (a dose switched on at a fitted time) sets False: autograd's derivative in the
+    #: switching time is 0 by design, a finite difference across the step is not.
+    check_derivatives = True
 
     def rhs(self, t, x, theta):  # pragma: no cover - abstract
         """The vector field, in torch operations: define it in every model.
@@ -931,13 +935,16 @@ def check_model(model):
                 "create tensors with a fixed dtype inside rhs (use x.new_tensor or plain "
                 "Python numbers)."
             )
-    if not torch.allclose(out[1], single, rtol=1e-12, atol=1e-12, equal_nan=True):
+    # rtol 1e-9, not 1e-12: torch's vectorised pow/exp of a batch and its scalar path for one
+    # point may differ by an ulp of a large intermediate; wrong indexing differs by O(1)
+    if not torch.allclose(out[1], single, rtol=1e-9, atol=1e-12, equal_nan=True):
         raise ModelError(
             f"{name}.rhs gives a different result for a point inside a batch than for the "
             "same point alone: it must index states with x[..., i] and treat leading axes "
             "as independent time points."
         )
-    _check_differentiable(model, name, batch, theta)
+    if getattr(model, "check_derivatives", True):
+        _check_differentiable(model, name, batch, theta)
     _check_observation_model(model, name, batch, theta)
     return model
 

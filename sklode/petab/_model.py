@@ -21,9 +21,12 @@ def _stack(values, shape):
     out = []
     for v in values:
         if not torch.is_tensor(v):
-            v = torch.tensor(float(v), dtype=torch.get_default_dtype())
+            v = torch.tensor(float(v), dtype=torch.float64)
         out.append(v.expand(shape) if v.shape != shape else v)
     return torch.stack(out, dim=-1)
+
+
+_F64 = torch.zeros((), dtype=torch.float64)
 
 
 def _as_tensor(v, like):
@@ -43,7 +46,8 @@ def _minimum(a, b):
 def _where(condition, a, b):
     if not torch.is_tensor(condition):
         return a if condition else b
-    return torch.where(condition, a, b)
+    # float64 branches: torch.where of Python numbers follows the default dtype
+    return torch.where(condition, _as_tensor(a, _F64), _as_tensor(b, _F64))
 
 
 _NAMESPACE = {"torch": torch, "math": math, "_stack": _stack, "_maximum": _maximum,
@@ -88,6 +92,8 @@ class GeneratedModel(ODEModel):
         namespace = dict(_NAMESPACE)
         exec(compile(source, f"<sklode generated model {name or ''}>", "exec"), namespace)
         self._rhs = namespace["rhs"]
+        # piecewise steps: autograd's zero derivative in a threshold is intended
+        self.check_derivatives = "_where(" not in source
         self._observe = namespace.get("observe")
         self._noise = namespace.get("noise_sd")
         if self._noise is not None:

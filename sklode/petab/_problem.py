@@ -147,10 +147,10 @@ class PEtabProblem:
         data = check_experiments(self.experiments, None, model=model, estimate_x0=False,
                                  min_samples=1, estimator_name="PEtabProblem",
                                  warn_initial_time=False)
-        x0s = np.array([e.x0 for e in data.experiments])
+        options = {"integrator": integrator, "rtol": rtol, "atol": atol}
+        theta = self.theta(values)
         states, thetas = states_at_observations(
-            model, self.theta(values), data, x0s,
-            {"integrator": integrator, "rtol": rtol, "atol": atol})
+            model, theta, data, _starts(model, data, theta, options), options)
         return [model.observe_values(e.t, X, th)
                 for e, X, th in zip(data.experiments, states, thetas)]
 
@@ -178,11 +178,11 @@ class PEtabProblem:
         data = check_experiments(self.experiments, None, model=model, estimate_x0=False,
                                  min_samples=1, estimator_name="PEtabProblem",
                                  warn_initial_time=False)
-        x0s = np.array([e.x0 for e in data.experiments])
+        options = {"integrator": integrator, "rtol": rtol, "atol": atol}
+        theta = self.theta(values)
         try:
             states, thetas = states_at_observations(
-                model, self.theta(values), data, x0s,
-                {"integrator": integrator, "rtol": rtol, "atol": atol})
+                model, theta, data, _starts(model, data, theta, options), options)
         except SklodeError:
             return float("inf")
         nll, _ = data_neg_log_likelihood(model, data.experiments, data.observed, states,
@@ -282,6 +282,23 @@ class PEtabProblem:
         return table
 
 
+def _starts(model, data, theta, options):
+    """Each experiment's initial state: its x0, or after its pre-equilibration."""
+    from .._objective import _preequilibration_of
+    from .._steady_state import steady_state
+
+    rows = []
+    for e in data.experiments:
+        pre = _preequilibration_of(e, model)
+        if pre is None:
+            rows.append(e.x0)
+            continue
+        A, c, x0_pre, reset = pre
+        x_ss, _ = steady_state(model, A @ theta + c, x0_pre, **options)
+        rows.append(np.where(reset, e.x0, x_ss))
+    return np.array(rows)
+
+
 def load(yaml_path):
     """Read a PEtab problem (its YAML file) into sklode.
 
@@ -343,12 +360,6 @@ class _Builder:
         sp, problem = self.sp, self.problem
         ode = self.ode
         measurements = problem.measurement_df.copy()
-        if "preequilibrationConditionId" in measurements and \
-                measurements["preequilibrationConditionId"].map(
-                    lambda v: not _is_missing(v)).any():
-            raise UnsupportedFeature("pre-equilibration (preequilibrationConditionId in the "
-                                     "measurement table): the start at a steady state of "
-                                     "another condition")
         if not np.all(np.isfinite(measurements["time"].astype(float))):
             raise UnsupportedFeature("steady-state measurements (time = inf)")
         observables = problem.observable_df
@@ -536,21 +547,25 @@ class _Builder:
                      fixed, n_observables):
         sp = self.sp
         experiments = []
-        for cid, rows in measurements.groupby("simulationConditionId", sort=False):
-            if cid not in conditions.index:
-                raise ValueError(f"The measurement table names the condition {cid!r}, which "
-                                 "the condition table does not define.")
+        pre_column = "preequilibrationConditionId"
+        measurements = measurements.assign(_pre=(
+            measurements[pre_column].map(lambda v: "" if _is_missing(v) else str(v))
+            if pre_column in measurements else ""))
+        for (cid, pid), rows in measurements.groupby(["simulationConditionId", "_pre"],
+                                                     sort=False):
+            for c in (cid, pid):
+                if c and c not in conditions.index:
+                    raise ValueError(f"The measurement table names the condition {c!r}, "
+                                     "which the condition table does not define.")
             condition = conditions.loc[cid]
-            base = {}
-            for c in cond_columns:
-                if c in self.ode.states:
-                    continue
-                value = condition[c]
-                if _is_missing(value):
-                    continue
-                base[c] = _number_or_name(value)
+            base = self._parameter_conditions(condition, cond_columns)
             x0, x0_overrides = self._initial_values(condition, shifted, fixed)
             base.update(x0_overrides)
+            preequilibration = None
+            if pid:
+                preequilibration, base, x0 = self._preequilibration(
+                    conditions.loc[pid], condition, base, x0, cond_columns, shifted, fixed,
+                    pid, cid)
             # each row's placeholder values; rows that disagree go to separate experiments
             assignments = [self._row_overrides(row) for _, row in rows.iterrows()]
             groups = []  # (assignment dict, list of row positions)
@@ -576,10 +591,56 @@ class _Builder:
                     if isinstance(value, str) and value not in names:
                         raise ValueError(f"Condition {cid!r} sets {key!r} to {value!r}, "
                                          "which is no parameter of the problem.")
-                name = cid if len(groups) == 1 else f"{cid} [{g + 1}]"
+                name = cid if not pid else f"{cid} (from {pid})"
+                name = name if len(groups) == 1 else f"{name} [{g + 1}]"
                 experiments.append(Experiment(times, Y, x0=x0, t0=0.0, conditions=conds,
-                                              name=name))
+                                              preequilibration=preequilibration, name=name))
         return experiments
+
+    def _parameter_conditions(self, condition, cond_columns):
+        """A condition row's parameter and compartment overrides (species are initial
+        values, read by :meth:`_initial_values`)."""
+        out = {}
+        for c in cond_columns:
+            if c in self.ode.states:
+                continue
+            value = condition[c]
+            if not _is_missing(value):
+                out[c] = _number_or_name(value)
+        return out
+
+    def _preequilibration(self, pre, main, base, x0_main, cond_columns, shifted, fixed, pid,
+                          cid):
+        """``(preequilibration, main conditions, main x0)`` of an experiment pre-equilibrated
+        under the condition ``pre``: the states the main condition sets start at its
+        values (reset), the others at the steady state."""
+        ode = self.ode
+        pre_conditions = self._parameter_conditions(pre, cond_columns)
+        x0_pre, pre_shift = self._initial_values(pre, shifted, fixed)
+        pre_conditions.update(pre_shift)
+        reset = [s for s in ode.states
+                 if s in main.index and not _is_missing(main.get(s, float("nan")))]
+        # a state carried over keeps its offset: the main phase must read the same one
+        for s, g in zip(ode.states, ode.initial):
+            if s not in shifted or s in reset:
+                continue
+            for k in (f"x0_weight:{s}", f"x0_value:{s}"):
+                if k in pre_conditions:
+                    base[k] = pre_conditions[k]
+            for symbol in g.free_symbols:
+                name = symbol.name
+                if pre_conditions.get(name) != base.get(name):
+                    raise UnsupportedFeature(
+                        f"pre-equilibration ({pid!r} before {cid!r}) of {s!r}, whose initial "
+                        f"value depends on {name!r}, which the two conditions set differently")
+        # the experiment's own conditions apply in both phases; the pre-equilibration's
+        # on top of them (undoing those it does not set back to the model's values)
+        pre_only = dict(pre_conditions)
+        for k in base:
+            if k not in pre_only:
+                pre_only[k] = k if not k.startswith("x0_") else (
+                    1.0 if k.startswith("x0_weight:") else 0.0)
+        return ({"x0": x0_pre, "conditions": pre_only, "reset": reset}, base, x0_main)
 
     @staticmethod
     def _repeats(rows, members, k):

@@ -1,0 +1,77 @@
+"""Pre-equilibration: the steady state an experiment starts from, and its sensitivities.
+
+PEtab's pre-equilibration (and a laboratory's "cells rested overnight before the
+stimulus"): the model runs under other parameter values until it stops changing, and the
+experiment starts from there. The steady state is reached by integrating forward over
+windows ten times longer each (1, 10, ..., 1e8 time units) until the field is below
+``|f_i| <= atol_ss + rtol_ss |x_i|``; integrating (rather than a Newton solve of f = 0)
+finds the steady state that the start leads to when conservation laws make the Jacobian
+singular, as a simulation would. Its sensitivities to the parameters are the forward
+sensitivities along that same trajectory, chained across the windows, so they are exact
+for the state that is used (and tend to ``-J^-1 f_theta`` on the non-conserved directions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._sensitivity import forward_trajectory, sensitivities
+from .exceptions import IntegrationError
+
+__all__ = ["steady_state"]
+
+#: Steady when every component moves less than this per unit of time (relative, absolute).
+RTOL_SS, ATOL_SS = 1e-10, 1e-12
+
+
+def steady_state(model, theta, x0, *, integrator="LSODA", rtol=1e-8, atol=1e-10,
+                 with_sensitivities=False, max_time=1e8):
+    """The steady state reached from ``x0`` under ``theta``.
+
+    Parameters
+    ----------
+    model : ODEModel
+    theta : ndarray of shape (n_params,)
+    x0 : ndarray of shape (n_states,)
+        The start of the pre-equilibration.
+    integrator, rtol, atol
+        As for :func:`sklode.simulate`.
+    with_sensitivities : bool, default=False
+        Also return ``d x_ss / d theta``.
+    max_time : float, default=1e8
+        Give up (``IntegrationError``) when the state still moves after this long.
+
+    Returns
+    -------
+    x_ss : ndarray of shape (n_states,)
+    S : ndarray of shape (n_states, n_params) or None
+        ``d x_ss / d theta`` (None unless asked).
+
+    Raises
+    ------
+    IntegrationError
+        When the model does not settle (an oscillator) or cannot be integrated.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    x = np.asarray(x0, dtype=np.float64).copy()
+    n, p = x.size, model.n_params
+    S_x, S_theta = np.eye(n), np.zeros((n, p))  # d x / d [x0, theta] so far
+    t, window = 0.0, 1.0
+    while True:
+        f = model.f(t, x[None, :], theta)[0]
+        if np.all(np.abs(f) <= ATOL_SS + RTOL_SS * np.abs(x)):
+            break
+        if t >= max_time:
+            raise IntegrationError(
+                f"The pre-equilibration did not reach a steady state within t = {max_time:g} "
+                f"(largest |dx/dt| = {np.max(np.abs(f)):.3g} for "
+                f"{model.state_names[int(np.argmax(np.abs(f)))]!r}): the model may oscillate "
+                "under the pre-equilibration conditions.", t_reached=t)
+        end = t + window
+        traj = forward_trajectory(model, theta, x, t, np.array([end]), integrator=integrator,
+                                  rtol=rtol, atol=atol)
+        if with_sensitivities:
+            S = sensitivities(model, theta, traj, with_x0=True)[-1]  # (n, n + p)
+            S_x, S_theta = S[:, :n] @ S_x, S[:, :n] @ S_theta + S[:, n:]
+        x, t, window = traj.states[-1].copy(), end, window * 10.0
+    return x, (S_theta if with_sensitivities else None)

@@ -1,0 +1,76 @@
+"""Experiments that start from a steady state (pre-equilibration): the start moves with the
+parameters, and the fit follows it through the steady state's sensitivities."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from sklode import AdjointODE, Experiment, ODEModel
+from sklode._steady_state import steady_state
+
+
+class Inflow(ODEModel):
+    """x' = u - k x: at rest x = u / k."""
+
+    state_names = ("x",)
+    param_names = ("u", "k")
+
+    def rhs(self, t, x, theta):
+        return theta[0] - theta[1] * x
+
+
+def _data(k=0.5, noise=0.02, seed=0):
+    t = np.linspace(0.5, 10, 20)
+    # rested at u = 1 (x = 1/k), then u = 2: x(t) = 2/k + (1/k - 2/k) exp(-k t)
+    clean = 2 / k + (1 / k - 2 / k) * np.exp(-k * t)
+    y = clean + noise * np.random.default_rng(seed).standard_normal(t.size)
+    return Experiment(t, y[:, None], x0=[0.0], t0=0.0, conditions={"u": 2.0},
+                      preequilibration={"x0": [0.0], "conditions": {"u": 1.0}})
+
+
+def test_the_steady_state_and_its_sensitivity():
+    x, S = steady_state(Inflow(), np.array([1.0, 0.5]), np.array([0.0]),
+                        with_sensitivities=True)
+    # x_ss = u / k = 2, dx/du = 1/k = 2, dx/dk = -u/k^2 = -4; to the integration's tolerance
+    np.testing.assert_allclose(x, [2.0], rtol=1e-8)
+    np.testing.assert_allclose(S, [[2.0, -4.0]], rtol=1e-5)
+
+
+def test_a_fit_follows_the_start_through_the_steady_state():
+    est = AdjointODE(Inflow(), theta0=[1.0, 0.8], fixed={"u": 1.0}, estimate_x0=False,
+                     sigma=0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit([_data()])
+    # 20 values at 2 % noise: k within 2 % of 0.5 (several standard errors)
+    assert est.theta_[1] == pytest.approx(0.5, rel=0.02)
+    # the reported start is the steady state at the fitted k
+    assert est.x0_[0, 0] == pytest.approx(1.0 / est.theta_[1], rel=1e-6)
+    assert est.converged_
+
+
+def test_the_gradient_through_the_steady_state_matches_finite_differences():
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+
+    model = Inflow()
+    data = check_experiments([_data()], None, model=model, estimate_x0=False,
+                             warn_initial_time=False)
+    objective, u0 = objective_for_experiments(model, data, theta0=np.array([1.0, 0.6]),
+                                              fitted=np.array([False, True]))
+    value, grad = objective.value_and_grad(u0, "adjoint")
+    J = objective.jacobian(u0)
+    h = 1e-6
+    numeric = (objective.cost(u0 + h) - objective.cost(u0 - h)) / (2 * h)
+    # central difference of a smooth cost: 1e-5 relative
+    assert grad[0] == pytest.approx(numeric, rel=1e-5)
+    assert (J.T @ objective.residual(u0))[0] == pytest.approx(numeric, rel=1e-5)
+
+
+def test_a_bad_preequilibration_is_refused():
+    with pytest.raises(ValueError, match="preequilibration"):
+        AdjointODE(Inflow(), estimate_x0=False).fit(
+            [Experiment([1.0, 2.0], [[1.0], [1.2]], x0=[0.0], t0=0.0,
+                        preequilibration={"start": [0.0]})])
