@@ -214,6 +214,9 @@ class LeastSquaresObjective(_Objective):
         Boluses ``(time, state, amount)`` of this experiment.
     theta_map : (ndarray, ndarray), optional
         ``(A, c)``: this experiment's parameters are ``A @ theta + c`` (its conditions).
+    preequilibration : (ndarray, ndarray, ndarray, ndarray), optional
+        ``(A, c, x0_pre, reset)``: the experiment starts from the steady state reached from
+        ``x0_pre`` under ``A @ theta + c``, except the ``reset`` components (held at x0).
     """
 
     def __init__(self, model, t0, t, Y, sigma, observed, x0, theta, *, free, prior,
@@ -279,9 +282,19 @@ class LeastSquaresObjective(_Objective):
     def preequilibrated(self, x0, theta, with_sensitivities=False):
         """The start after pre-equilibration and its derivative in the shared theta.
 
+        Parameters
+        ----------
+        x0 : ndarray of shape (n_states,)
+            The experiment's own start (kept for the ``reset`` components).
+        theta : ndarray of shape (n_params,)
+            The shared parameters.
+        with_sensitivities : bool, default=False
+            Also compute ``D``.
+
         Returns
         -------
         x0 : ndarray of shape (n_states,)
+            The start.
         D : ndarray of shape (n_states, n_params) or None
             ``d x0 / d theta`` (shared theta; None unless asked).
         """
@@ -301,7 +314,18 @@ class LeastSquaresObjective(_Objective):
         return start, D
 
     def split_theta(self, u):
-        """The shared theta at the optimiser variables ``u``."""
+        """The shared theta at the optimiser variables.
+
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
+        Returns
+        -------
+        ndarray of shape (n_params,)
+            Held parameters as given, fitted ones from ``u``.
+        """
         theta = self.theta_fixed.copy()
         theta[self.fitted] = self.to_z(u)[self.n_x0:]
         return theta
