@@ -273,8 +273,7 @@ class LeastSquaresObjective(_Objective):
         """
         x0 = self.x0_fixed.copy()
         x0[self.free] = z[: self.n_x0]
-        theta = self.theta_fixed.copy()
-        theta[self.fitted] = z[self.n_x0:]
+        theta = self._theta_of(z)
         if self.preequilibration is not None:
             x0 = self.preequilibrated(x0, theta)[0]
         return x0, theta
@@ -298,20 +297,18 @@ class LeastSquaresObjective(_Objective):
         D : ndarray of shape (n_states, n_params) or None
             ``d x0 / d theta`` (shared theta; None unless asked).
         """
-        from ._steady_state import steady_state
+        from ._steady_state import preequilibrated_start
 
-        A, c, x0_pre, reset = self.preequilibration
-        theta_pre = A @ theta + c
-        key = theta_pre.tobytes()
+        # the reset components of x0 are known (no x0 is estimated with a
+        # pre-equilibration), so the start depends on theta only: cache it by theta
+        key = theta.tobytes()
         if self._pre_key != key or (with_sensitivities and self._pre[1] is None):
-            x_ss, S = steady_state(self.model, theta_pre, x0_pre,
-                                   with_sensitivities=with_sensitivities, **self.solver)
-            self._pre_key, self._pre = key, (x_ss, None if S is None else S @ A)
-        x_ss, D = self._pre
-        start = np.where(reset, x0, x_ss)
-        if with_sensitivities:
-            D = D * (~reset)[:, None]
-        return start, D
+            self._pre_key = key
+            self._pre = preequilibrated_start(self.model, self.preequilibration, x0, theta,
+                                              with_sensitivities=with_sensitivities,
+                                              **self.solver)
+        start, D = self._pre
+        return start, (D if with_sensitivities else None)
 
     def split_theta(self, u):
         """The shared theta at the optimiser variables.
@@ -326,8 +323,12 @@ class LeastSquaresObjective(_Objective):
         ndarray of shape (n_params,)
             Held parameters as given, fitted ones from ``u``.
         """
+        return self._theta_of(self.to_z(u))
+
+    def _theta_of(self, z):
+        """Held parameters as given, fitted ones from the unknowns ``z``."""
         theta = self.theta_fixed.copy()
-        theta[self.fitted] = self.to_z(u)[self.n_x0:]
+        theta[self.fitted] = z[self.n_x0:]
         return theta
 
     def experiment_theta(self, theta):

@@ -18,7 +18,7 @@ import numpy as np
 from ._sensitivity import forward_trajectory, sensitivities
 from .exceptions import IntegrationError
 
-__all__ = ["steady_state"]
+__all__ = ["preequilibrated_start", "steady_state"]
 
 #: Steady when every component moves less than this per unit of time (relative, absolute).
 RTOL_SS, ATOL_SS = 1e-10, 1e-12
@@ -75,3 +75,35 @@ def steady_state(model, theta, x0, *, integrator="LSODA", rtol=1e-8, atol=1e-10,
             S_x, S_theta = S[:, :n] @ S_x, S[:, :n] @ S_theta + S[:, n:]
         x, t, window = traj.states[-1].copy(), end, window * 10.0
     return x, (S_theta if with_sensitivities else None)
+
+
+def preequilibrated_start(model, preequilibration, x0, theta, *, with_sensitivities=False,
+                          **options):
+    """An experiment's start after its pre-equilibration, and its derivative.
+
+    Parameters
+    ----------
+    model : ODEModel
+    preequilibration : (ndarray, ndarray, ndarray, ndarray)
+        ``(A, c, x0_pre, reset)``: the steady state is reached from ``x0_pre`` under the
+        parameters ``A @ theta + c``; the ``reset`` components start at ``x0`` instead.
+    x0 : ndarray of shape (n_states,)
+        The experiment's own start (kept for the ``reset`` components).
+    theta : ndarray of shape (n_params,)
+        The shared parameters.
+    with_sensitivities : bool, default=False
+        Also return ``D``.
+    **options
+        ``integrator``, ``rtol``, ``atol``.
+
+    Returns
+    -------
+    start : ndarray of shape (n_states,)
+    D : ndarray of shape (n_states, n_params) or None
+        ``d start / d theta`` (None unless asked).
+    """
+    A, c, x0_pre, reset = preequilibration
+    x_ss, S = steady_state(model, A @ theta + c, x0_pre,
+                           with_sensitivities=with_sensitivities, **options)
+    D = None if S is None else (S @ A) * (~reset)[:, None]
+    return np.where(reset, x0, x_ss), D

@@ -625,9 +625,6 @@ def _plot_fit(est, t, Y, path):
 def petab_command(args, out=None):
     """``sklode petab PROBLEM.yaml``: the nominal -log L, a multi-start fit, the best
     parameters (flagged where they sit on a bound) and optionally the parameter table."""
-    import time
-    import warnings
-
     from . import petab
     from .exceptions import BoundWarning
 

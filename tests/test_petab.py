@@ -135,12 +135,13 @@ def _hand_written(condition):
         return [-r1 / cyt, (r1 - r2) / nuc, 2 * r2, -kdeg * P]
 
     x0 = [a0, 0.2 / nuc, 2 * c0, 1.0]
-    first = solve_ivp(rhs, (0, tswitch), x0, rtol=1e-12, atol=1e-14, method="DOP853")
+    # split at the switch: the first piece ends there, the second starts from its end
+    early = np.append(TIMES[TIMES < tswitch], tswitch)
+    first = solve_ivp(rhs, (0, tswitch), x0, t_eval=early, rtol=1e-12, atol=1e-14,
+                      method="DOP853")
     second = solve_ivp(rhs, (tswitch, TIMES[-1]), first.y[:, -1], t_eval=TIMES[TIMES > tswitch],
                        rtol=1e-12, atol=1e-14, method="DOP853")
-    early = solve_ivp(rhs, (0, tswitch), x0, t_eval=TIMES[TIMES < tswitch], rtol=1e-12,
-                      atol=1e-14, method="DOP853")
-    A, B, C, P = np.hstack([early.y, second.y])
+    A, B, C, P = np.hstack([first.y[:, :-1], second.y])
     scale = 1.5 if condition == "c1" else 2.0
     return {"obs_A": scale * A + 0.1, "obs_C": C / cyt, "obs_P": P + B}
 

@@ -5,7 +5,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 from sklode import AdjointODE, Experiment, ODEModel
 from sklode._steady_state import steady_state
@@ -60,7 +59,7 @@ def test_the_gradient_through_the_steady_state_matches_finite_differences():
                              warn_initial_time=False)
     objective, u0 = objective_for_experiments(model, data, theta0=np.array([1.0, 0.6]),
                                               fitted=np.array([False, True]))
-    value, grad = objective.value_and_grad(u0, "adjoint")
+    _, grad = objective.value_and_grad(u0, "adjoint")
     J = objective.jacobian(u0)
     h = 1e-6
     numeric = (objective.cost(u0 + h) - objective.cost(u0 - h)) / (2 * h)

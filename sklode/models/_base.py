@@ -748,6 +748,7 @@ class HeldParameters(ODEModel):
         self.state_names = model.state_names
         self.param_names = tuple(model.param_names[i] for i in kept)
         self.default_theta = tuple(model.theta_guess()[kept])
+        self.check_derivatives = model.check_derivatives  # a wrapper has its model's steps
         scatter = np.zeros((len(self.fitted), len(kept)))
         scatter[kept, np.arange(len(kept))] = 1.0
         self._scatter = torch.from_numpy(scatter)
@@ -820,6 +821,7 @@ class ScaledStates(ODEModel):
         self.state_names = model.state_names
         self.param_names = model.param_names
         self.default_theta = model.default_theta
+        self.check_derivatives = model.check_derivatives  # a wrapper has its model's steps
         self._scale = torch.tensor(self.scale, dtype=_DTYPE)
 
     def __getstate__(self):  # rebuilt from its constants: the torch tensors follow

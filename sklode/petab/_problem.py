@@ -133,6 +133,21 @@ class PEtabProblem:
         return values
 
     # ------------------------------------------------------------------ likelihood
+    def _solved(self, values, options):
+        """``(data, states, thetas)``: the validated experiments, each one's states at its
+        times and its parameters, at ``values``; each started from its x0 or its
+        pre-equilibrated steady state."""
+        from .._estimator import states_at_observations
+        from .._validation import check_experiments
+
+        data = check_experiments(self.experiments, None, model=self.model,
+                                 estimate_x0=False, min_samples=1,
+                                 estimator_name="PEtabProblem", warn_initial_time=False)
+        theta = self.theta(values)
+        starts = _starts(self.model, data, theta, options)
+        states, thetas = states_at_observations(self.model, theta, data, starts, options)
+        return data, states, thetas
+
     def simulate(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
         """Each experiment's observables at its times, at ``values`` (linear scale).
 
@@ -140,18 +155,9 @@ class PEtabProblem:
         -------
         list of ndarray of shape (n_times, n_observables)
         """
-        from .._estimator import states_at_observations
-        from .._validation import check_experiments
-
-        model = self.model
-        data = check_experiments(self.experiments, None, model=model, estimate_x0=False,
-                                 min_samples=1, estimator_name="PEtabProblem",
-                                 warn_initial_time=False)
-        options = {"integrator": integrator, "rtol": rtol, "atol": atol}
-        theta = self.theta(values)
-        states, thetas = states_at_observations(
-            model, theta, data, _starts(model, data, theta, options), options)
-        return [model.observe_values(e.t, X, th)
+        data, states, thetas = self._solved(
+            values, {"integrator": integrator, "rtol": rtol, "atol": atol})
+        return [self.model.observe_values(e.t, X, th)
                 for e, X, th in zip(data.experiments, states, thetas)]
 
     def neg_log_likelihood(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
@@ -169,23 +175,15 @@ class PEtabProblem:
         float
             ``inf`` where the model cannot be integrated.
         """
-        from .._estimator import states_at_observations
         from .._likelihood import data_neg_log_likelihood
-        from .._validation import check_experiments
         from ..exceptions import SklodeError
 
-        model = self.model
-        data = check_experiments(self.experiments, None, model=model, estimate_x0=False,
-                                 min_samples=1, estimator_name="PEtabProblem",
-                                 warn_initial_time=False)
-        options = {"integrator": integrator, "rtol": rtol, "atol": atol}
-        theta = self.theta(values)
         try:
-            states, thetas = states_at_observations(
-                model, theta, data, _starts(model, data, theta, options), options)
+            data, states, thetas = self._solved(
+                values, {"integrator": integrator, "rtol": rtol, "atol": atol})
         except SklodeError:
             return float("inf")
-        nll, _ = data_neg_log_likelihood(model, data.experiments, data.observed, states,
+        nll, _ = data_neg_log_likelihood(self.model, data.experiments, data.observed, states,
                                          thetas, None, self.noise_kind)
         return float(nll)
 
@@ -251,7 +249,7 @@ class PEtabProblem:
             i = names.index(name)
             lower[i], upper[i] = self.lower[k], self.upper[k]
             positive[i] = self.scales[k] != "lin"
-        fixed = {n: v for n, v in self.fixed.items()}
+        fixed = dict(self.fixed)
         # a start strictly inside the box (PEtab's nominal values may sit on a bound)
         span = upper - lower
         inside = np.clip(start, lower + 1e-9 * np.where(np.isfinite(span), span, 0),
@@ -285,17 +283,13 @@ class PEtabProblem:
 def _starts(model, data, theta, options):
     """Each experiment's initial state: its x0, or after its pre-equilibration."""
     from .._objective import _preequilibration_of
-    from .._steady_state import steady_state
+    from .._steady_state import preequilibrated_start
 
     rows = []
     for e in data.experiments:
         pre = _preequilibration_of(e, model)
-        if pre is None:
-            rows.append(e.x0)
-            continue
-        A, c, x0_pre, reset = pre
-        x_ss, _ = steady_state(model, A @ theta + c, x0_pre, **options)
-        rows.append(np.where(reset, e.x0, x_ss))
+        rows.append(e.x0 if pre is None else
+                    preequilibrated_start(model, pre, e.x0, theta, **options)[0])
     return np.array(rows)
 
 
@@ -505,7 +499,7 @@ class _Builder:
                 raise ValueError(f"The estimated parameter {p!r} is not used by the problem.")
 
         experiments = self._experiments(measurements, used, names, conditions, cond_columns,
-                                        shifted, fixed, len(used) + n_aux)
+                                        shifted, len(used) + n_aux)
         nan_fixed = [n for n, v in fixed.items() if math.isnan(v) and not any(
             e.conditions and n in e.conditions for e in experiments)]
         if nan_fixed:
@@ -523,7 +517,7 @@ class _Builder:
             fixed=fixed, noise_kind={**kinds, **aux_kinds}, name=self.name, path=self.path,
             parameter_table=parameters.copy())
 
-    def _initial_values(self, condition, shifted, fixed):
+    def _initial_values(self, condition, shifted):
         """Each state's x0 in one condition (0 for shifted states: their offset is in the
         model) and the conditions that set the shifts."""
         ode, sp = self.ode, self.sp
@@ -544,8 +538,7 @@ class _Builder:
         return x0, overrides
 
     def _experiments(self, measurements, used, names, conditions, cond_columns, shifted,
-                     fixed, n_observables):
-        sp = self.sp
+                     n_observables):
         experiments = []
         pre_column = "preequilibrationConditionId"
         measurements = measurements.assign(_pre=(
@@ -559,13 +552,12 @@ class _Builder:
                                      "which the condition table does not define.")
             condition = conditions.loc[cid]
             base = self._parameter_conditions(condition, cond_columns)
-            x0, x0_overrides = self._initial_values(condition, shifted, fixed)
+            x0, x0_overrides = self._initial_values(condition, shifted)
             base.update(x0_overrides)
             preequilibration = None
             if pid:
                 preequilibration, base, x0 = self._preequilibration(
-                    conditions.loc[pid], condition, base, x0, cond_columns, shifted, fixed,
-                    pid, cid)
+                    conditions.loc[pid], condition, base, x0, cond_columns, shifted, pid, cid)
             # each row's placeholder values; rows that disagree go to separate experiments
             assignments = [self._row_overrides(row) for _, row in rows.iterrows()]
             groups = []  # (assignment dict, list of row positions)
@@ -609,14 +601,13 @@ class _Builder:
                 out[c] = _number_or_name(value)
         return out
 
-    def _preequilibration(self, pre, main, base, x0_main, cond_columns, shifted, fixed, pid,
-                          cid):
+    def _preequilibration(self, pre, main, base, x0_main, cond_columns, shifted, pid, cid):
         """``(preequilibration, main conditions, main x0)`` of an experiment pre-equilibrated
         under the condition ``pre``: the states the main condition sets start at its
         values (reset), the others at the steady state."""
         ode = self.ode
         pre_conditions = self._parameter_conditions(pre, cond_columns)
-        x0_pre, pre_shift = self._initial_values(pre, shifted, fixed)
+        x0_pre, pre_shift = self._initial_values(pre, shifted)
         pre_conditions.update(pre_shift)
         reset = [s for s in ode.states
                  if s in main.index and not _is_missing(main.get(s, float("nan")))]

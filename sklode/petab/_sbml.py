@@ -157,9 +157,6 @@ def read_sbml(path_or_document):
     for p in model.getListOfParameters():
         if p.getId() in rate_rules:
             states.append(p.getId())
-    for cid, _ in compartments.items():
-        if cid in rate_rules:  # pragma: no cover - refused above
-            states.append(cid)
 
     # reactions
     for reaction in model.getListOfReactions():
