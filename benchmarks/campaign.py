@@ -4,8 +4,11 @@
 each on this 2-core machine; when a third of the fits are stored, one worker is killed with
 SIGKILL (its nanny starts a new one, the scheduler reruns the lost tasks). Afterwards: every
 record present once and none duplicated (the store's keys), the CPU per fit against a serial
-run of the same fits in this process, and the scheduler's memory (RSS) sampled every second
-throughout.
+run of the same fits in this process, and the memory of this process (the LocalCluster's
+scheduler and the client) sampled every second: its RSS and, through ``tracemalloc``, the
+Python objects it holds -- RSS also counts what the C allocator keeps after a free, so a flat
+Python heap beside a rising RSS is retention, not a leak. The tqdm progress bar is shown on
+the console and its last line kept in the results.
 
 Writes ``benchmarks/results/campaign.md`` and ``.json``.
 
@@ -20,8 +23,10 @@ import os
 import signal
 import sqlite3
 import tempfile
+import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -40,6 +45,30 @@ def _count(path):
         return 0
 
 
+class _Tee:
+    """stderr as it is, with a copy kept (the progress bar's last line goes in the results)."""
+
+    def __init__(self, stream):
+        self.stream, self.text = stream, []
+
+    def write(self, text):
+        self.text.append(text)
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+    def last_bar(self):
+        bars = [b for b in "".join(self.text).replace("\n", "\r").split("\r")
+                if b.startswith("sklode compare")]
+        return bars[-1].strip() if bars else ""
+
+
+def _at(samples, fraction, n_fits):
+    """The first sample taken with at least ``fraction`` of the fits stored."""
+    return next(s for s in samples if s[2] >= fraction * n_fits)
+
+
 def main(n_fits):
     import psutil
     from dask.distributed import Client, LocalCluster
@@ -55,10 +84,12 @@ def main(n_fits):
     scheduler = psutil.Process(os.getpid())  # the LocalCluster's scheduler runs here
     memory, killed, done = [], {}, threading.Event()
 
+    tracemalloc.start(1)  # one frame per allocation: the heap's size, at little cost
+
     def watch():
         while not done.is_set():
             memory.append((time.perf_counter(), scheduler.memory_info().rss / 2**20,
-                           _count(store)))
+                           _count(store), tracemalloc.get_traced_memory()[0] / 2**20))
             if not killed and memory[-1][2] >= n_fits // 3:
                 address, pid = sorted(client.run(os.getpid).items())[0]
                 os.kill(pid, signal.SIGKILL)
@@ -69,12 +100,18 @@ def main(n_fits):
     watcher = threading.Thread(target=watch, daemon=True)
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     watcher.start()
-    with parallel_config(backend="dask"):
-        records = compare("lotka_volterra", METHODS, trials=trials, n_jobs=-1,
-                          as_frame=False, store=store)
+    tee = _Tee(sys.stderr)
+    sys.stderr = tee
+    try:
+        with parallel_config(backend="dask"):
+            records = compare("lotka_volterra", METHODS, trials=trials, n_jobs=-1,
+                              as_frame=False, store=store, progress=True)
+    finally:
+        sys.stderr = tee.stream
     wall = time.perf_counter() - start_wall
     done.set()
     watcher.join()
+    tracemalloc.stop()
     client.close()
     cluster.close()
     stored = read_store(store)
@@ -85,6 +122,10 @@ def main(n_fits):
     sample = compare("lotka_volterra", METHODS, trials=100, n_jobs=1, as_frame=False)
     serial_cpu = float(np.mean([r["cpu_s"] for r in sample]))
     rss = np.array([m[1] for m in memory])
+    # memory after the warm-up (workers started, modules imported, first tasks through):
+    # samples at 20 %, 50 % and 95 % of the fits stored, and the slope from 20 % to 95 %
+    marks = {f: _at(memory, f, n_fits) for f in (0.2, 0.5, 0.95)}
+    per_1000 = 1000.0 / (marks[0.95][2] - marks[0.2][2])
     result = {
         "fits_requested": trials * len(METHODS), "records_returned": len(records),
         "records_stored": len(stored), "distinct_records": len(keys),
@@ -96,7 +137,15 @@ def main(n_fits):
         "scheduler_rss_mib": {"first": float(rss[0]), "max": float(rss.max()),
                               "last": float(rss[-1]),
                               "first_third": float(np.mean(rss[: len(rss) // 3])),
-                              "last_third": float(np.mean(rss[-len(rss) // 3:]))},
+                              "last_third": float(np.mean(rss[-len(rss) // 3:])),
+                              **{f"at_{int(f * 100)}pct": float(m[1])
+                                 for f, m in marks.items()},
+                              "slope_per_1000_fits_20_to_95pct":
+                                  float((marks[0.95][1] - marks[0.2][1]) * per_1000)},
+        "python_heap_mib": {**{f"at_{int(f * 100)}pct": float(m[3]) for f, m in marks.items()},
+                            "slope_per_1000_fits_20_to_95pct":
+                                float((marks[0.95][3] - marks[0.2][3]) * per_1000)},
+        "progress_bar": tee.last_bar(),
         "main_process_cpu_s": time.process_time() - start_cpu,
     }
     (HERE / "results" / "campaign.json").write_text(json.dumps(result, indent=1))
@@ -125,6 +174,20 @@ def main(n_fits):
         f"{r['scheduler_rss_mib']['first']:.0f} / {r['scheduler_rss_mib']['first_third']:.0f}"
         f" / {r['scheduler_rss_mib']['last_third']:.0f} / {r['scheduler_rss_mib']['max']:.0f}"
         " MiB |",
+        "| scheduler RSS at 20 % / 50 % / 95 % of the fits stored; slope 20-95 % | "
+        + " / ".join(f"{r['scheduler_rss_mib'][k]:.0f}" for k in
+                     ("at_20pct", "at_50pct", "at_95pct"))
+        + f" MiB; {r['scheduler_rss_mib']['slope_per_1000_fits_20_to_95pct']:.1f} MiB per "
+        "1,000 fits |",
+        "| scheduler Python heap (tracemalloc) at 20 % / 50 % / 95 %; slope 20-95 % | "
+        + " / ".join(f"{r['python_heap_mib'][k]:.1f}" for k in
+                     ("at_20pct", "at_50pct", "at_95pct"))
+        + f" MiB; {r['python_heap_mib']['slope_per_1000_fits_20_to_95pct']:.2f} MiB per "
+        "1,000 fits |",
+        "",
+        "The progress bar's last line on the console:",
+        "",
+        "    " + r["progress_bar"],
     ]
     (HERE / "results" / "campaign.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
