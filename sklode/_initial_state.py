@@ -14,7 +14,8 @@ from scipy.optimize import least_squares
 from .exceptions import IntegrationError
 from .integrate import simulate, solve
 
-__all__ = ["shoot_initial_state", "shooting_window", "smoothed_x0", "start_from_data"]
+__all__ = ["data_starts", "shoot_initial_state", "shooting_window", "smoothed_x0",
+           "start_from_data"]
 
 # A residual this large marks a trial initial state whose trajectory blew up.
 _BLOWN_UP = 1e10
@@ -37,6 +38,13 @@ _WINDOW_RADII = 4
 _WINDOW_FRACTION = 0.15
 _WINDOW_MIN_SAMPLES = 10
 _WINDOW_MOVE_SIGMAS = 10.0
+# The smoothed data start: a quadratic through the first eighth of an experiment's samples of
+# each state, at least 5 and at most 15 of them. At the series' first time a quadratic's
+# variance is 0.89 (5 samples), 0.66 (9) and 0.46 (15) of one sample's; a longer window would
+# bend over a fast transient.
+_SMOOTH_FRACTION = 8
+_SMOOTH_MIN_SAMPLES = 5
+_SMOOTH_MAX_SAMPLES = 15
 
 
 def start_from_data(experiment, observed, model, estimator_name):
@@ -70,6 +78,52 @@ def start_from_data(experiment, observed, model, estimator_name):
         raise ValueError(f"The data give no starting value for the initial state of "
                          f"{missing} ({why}): pass a guess in x0 to {estimator_name}.")
     return x0
+
+
+def data_starts(experiment, observed, model, estimator_name):
+    """Initial states to start a forward-solver fit from, best first: the unknown (NaN)
+    components smoothed from the data, then as first observed, then each of those with a
+    component whose sign is opposite to its data's median set to 0.
+
+    A noisy first observation of a small positive state can be negative (an infected
+    fraction of 1e-3 under 2 % noise), and the ODE then blows up (``I' = (beta S - gamma) I``
+    grows the negative ``I`` without bound): the later starts are what a forward solver tries
+    when the earlier ones cannot be integrated. Known components, guesses in ``x0``, hidden
+    states and data read through an observation model are never changed.
+
+    Parameters
+    ----------
+    experiment : Experiment
+    observed : tuple of int
+    model : ODEModel
+    estimator_name : str
+        For the message of :func:`start_from_data`.
+
+    Returns
+    -------
+    list of ndarray of shape (n_states,)
+        Distinct starts, at least one.
+    """
+    first = start_from_data(experiment, observed, model, estimator_name)
+    unknown = np.isnan(experiment.x0)
+    if model.has_observation_model or not unknown.any():
+        return [first]
+    smoothed, medians = first.copy(), np.zeros_like(first)
+    for column, state in enumerate(observed):
+        seen = experiment.mask[:, column]
+        if not unknown[state] or not seen[0]:
+            continue
+        t, y = experiment.t[seen], experiment.Y[seen, column]
+        medians[state] = np.median(y)
+        n_local = min(_SMOOTH_MAX_SAMPLES, max(_SMOOTH_MIN_SAMPLES, y.size // _SMOOTH_FRACTION))
+        if y.size >= n_local:
+            smoothed[state] = smoothed_x0(t[:n_local], y[:n_local, None], np.inf)[0]
+    projected = [np.where(unknown & (x * medians < 0), 0.0, x) for x in (smoothed, first)]
+    starts = []
+    for x in [smoothed, first, *projected]:
+        if not any(np.array_equal(x, other) for other in starts):
+            starts.append(x)
+    return starts
 
 
 def smoothed_x0(t, U, radius):

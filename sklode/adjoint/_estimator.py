@@ -20,6 +20,7 @@ from .._estimator import (
     likelihood_attributes,
     warn_not_converged,
 )
+from .._initial_state import data_starts
 from .._objective import NOISE_KINDS, objective_for_experiments
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
 from .._validation import bounds_with_positivity, check_bounds, check_fixed, check_positive
@@ -548,20 +549,41 @@ class AdjointODE(ODEEstimator):
             estimator_name=type(self).__name__)
 
     def _solve(self, problem, theta_start, fitted):
-        """``(objective, result)`` of one optimisation from ``theta_start`` (and the data's
-        x0), the result an IntegrationError where the start cannot be integrated."""
-        objective, u0 = self._pose(problem, theta_start, fitted)
-        bounds = self._bounds_in_u(objective, problem.x0_bounds)
-        if bounds is not None:  # start strictly inside the box
-            span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
-            u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
-        try:
-            res = adjoint_solve(objective, u0, optimizer=self.optimizer,
-                                gradient=self.gradient, bounds=bounds, tol=self.tol,
-                                max_iter=self.max_iter, verbose=self.verbose)
-        except IntegrationError as exc:
-            return objective, exc
-        return objective, res
+        """``(objective, result)`` of one optimisation from ``theta_start``, from the first
+        of the data's initial states (:func:`~sklode._initial_state.data_starts`: smoothed,
+        as observed, sign-corrected) at which the ODE can be integrated; the result an
+        IntegrationError where it can be integrated from none of them."""
+        failed = []
+        for data in self._data_starts(problem.data):
+            objective, u0 = self._pose(problem._replace(data=data), theta_start, fitted)
+            bounds = self._bounds_in_u(objective, problem.x0_bounds)
+            if bounds is not None:  # start strictly inside the box
+                span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
+                u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
+            try:
+                res = adjoint_solve(objective, u0, optimizer=self.optimizer,
+                                    gradient=self.gradient, bounds=bounds, tol=self.tol,
+                                    max_iter=self.max_iter, verbose=self.verbose)
+            except IntegrationError as exc:
+                failed.append((objective, exc))
+                continue
+            return objective, res
+        objective, exc = failed[0]
+        if len(failed) > 1:
+            exc = IntegrationError(
+                f"{exc} It failed too from {len(failed) - 1} other initial state(s) taken "
+                "from the data (smoothed, as first observed, negative values of positive "
+                "data set to 0): give x0 a guess, or x0_bounds.", t_reached=exc.t_reached)
+        return objective, exc
+
+    def _data_starts(self, data):
+        """The data with their unknown initial components filled in each way
+        :func:`~sklode._initial_state.data_starts` offers, best first (an experiment with
+        fewer ways keeps its last)."""
+        name = type(self).__name__
+        each = [data_starts(e, data.observed, self.model, name) for e in data.experiments]
+        return [data.with_initial_states([starts[min(j, len(starts) - 1)] for starts in each])
+                for j in range(max(map(len, each)))]
 
     def _min_samples_each(self):
         # a forward solve from a known start needs no second time point in each experiment
