@@ -120,7 +120,16 @@ def compare_command(args, out=None):
         except ImportError:
             raise SystemExit("--backend dask needs dask.distributed: pip install "
                              "'sklode[dask]'") from None
-        client = Client(args.scheduler) if args.scheduler else Client(processes=False)
+        if args.scheduler:
+            client = Client(args.scheduler)
+        else:
+            import dask
+
+            # This process is the campaign: its own cluster keeps no log of recent messages
+            # (Dask keeps the last 1,000 sent to each worker, tasks included, a few MiB per
+            # 1,000 fits until they fill; benchmarks/results/campaign.md)
+            dask.config.set({"distributed.admin.low-level-log-length": 0})
+            client = Client(processes=False)
     context = parallel_config(backend=args.backend) if args.backend else nullcontext()
     store = getattr(args, "store", None)
     if store is not None:

@@ -92,7 +92,10 @@ def _warning_fields(caught):
 
 
 def _record(method, problem, trial, seed, theta0, noise=None):
-    """Fit one estimator on one trial; never raises (failures are recorded)."""
+    """Fit one estimator on one trial (``problem`` a Problem or a built-in problem's name);
+    never raises (failures are recorded)."""
+    if isinstance(problem, str):
+        problem = get_problem(problem)
     record = {"method": method, "problem": problem.name, "trial": int(trial), "seed": int(seed),
               "noise": float(problem.noise if noise is None else noise),
               "noise_kind": problem.noise_kind,
@@ -221,23 +224,24 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
         n_iter, cpu_s, wall_s, theta, theta_true, max_abs_theta_error,
         max_rel_theta_error, error_<param>, prediction_error``.
     """
-    if isinstance(problems, (str, Problem)):
-        problems = [problems]
-    problems = [get_problem(p) if isinstance(p, str) else p for p in problems]
+    given = [problems] if isinstance(problems, (str, Problem)) else list(problems)
+    problems = [get_problem(p) if isinstance(p, str) else p for p in given]
     methods = [methods] if isinstance(methods, str) else list(methods)
     for m in methods:
         get_method(m)  # unknown names raise, listing the known ones
     if int(trials) < 1:
         raise ValueError(f"trials must be >= 1, got {trials}.")
-    grid = [(p, m, k, _trial_theta0(p, k, random_state, theta0_noise))
-            for p in problems for m in methods for k in range(int(trials))]
-    tasks = [delayed(_record)(m, p, k, random_state + k, theta0, noise)
-             for p, m, k, theta0 in grid]
+    # a task names a problem given by name (g) rather than carrying it: small tasks keep
+    # small what a Dask scheduler logs (the last 1,000 messages to each worker, tasks included)
+    grid = [(p, g, m, k, _trial_theta0(p, k, random_state, theta0_noise))
+            for p, g in zip(problems, given) for m in methods for k in range(int(trials))]
+    tasks = [delayed(_record)(m, g, k, random_state + k, theta0, noise)
+             for _, g, m, k, theta0 in grid]
     if store is None:
         return _as_frame(_run(tasks, n_jobs, progress, len(tasks)), as_frame)
     settings = [{"problem": p.name, "method": m, "trial": int(k), "seed": int(random_state + k),
                  "noise": None if noise is None else float(noise),
-                 "theta0": [float(v) for v in theta0]} for p, m, k, theta0 in grid]
+                 "theta0": [float(v) for v in theta0]} for p, _, m, k, theta0 in grid]
     keys = [fit_key(s) for s in settings]
     with Store(store) as results:
         done = results.done()

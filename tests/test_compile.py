@@ -15,6 +15,7 @@ from sklode.models import (
     FunctionModel,
     HindmarshRose,
     LogisticGrowth,
+    Lorenz63,
     Lorenz96,
     LotkaVolterra,
     OralAbsorption,
@@ -24,7 +25,7 @@ from sklode.models import (
 from sklode.models._base import HeldParameters, ScaledStates
 from sklode.models._compile import compile_field
 
-ZOO = [LotkaVolterra(), FitzHughNagumo(), Rossler(), Lorenz96(8), SEIRD(1e5),
+ZOO = [LotkaVolterra(), FitzHughNagumo(), Rossler(), Lorenz96(8), Lorenz63(), SEIRD(1e5),
        LogisticGrowth(), FitzHughNagumoLinear(), HindmarshRose(), ProteinTransduction(0.3),
        OralAbsorption(), ScaledStates(LotkaVolterra(), np.array([2.0, 3.0]), log=True),
        HeldParameters(SEIRD(), np.array([True, False, True, True]),

@@ -15,6 +15,7 @@ from sklode.models import (
     FunctionModel,
     HindmarshRose,
     LogisticGrowth,
+    Lorenz63,
     Lorenz96,
     LotkaVolterra,
     ProteinTransduction,
@@ -45,7 +46,7 @@ def decay_rhs(t, x, theta):
 
 
 ZOO = [LotkaVolterra(), FitzHughNagumo(), Rossler(), Lorenz96(6), Lorenz96(5, True), SEIRD(),
-       LogisticGrowth(), FitzHughNagumoLinear(), HindmarshRose(), ProteinTransduction()]
+       Lorenz63(), LogisticGrowth(), FitzHughNagumoLinear(), HindmarshRose(), ProteinTransduction()]
 
 
 def zoo_point(model, rng, n=5):

@@ -1,6 +1,8 @@
-"""AdjointODE's random starts over the bounds and its warning for parameters that end on a
-bound (#26 item 5, #28 item 5)."""
+"""AdjointODE's starts: random starts over the bounds (plain or Latin hypercube, drawn again
+where the ODE cannot be integrated), the start from the data, initial states from smoothed
+data, and the warning for parameters that end on a bound (#26 item 5, #28 items 4 and 5)."""
 
+import re
 import warnings
 
 import numpy as np
@@ -39,7 +41,7 @@ def test_random_starts_cover_the_box_log_uniformly():
                      bounds=([1e-2, 1e-2, 1e-2, 1e-2], [1e2, 1e2, 1e2, 1e2]),
                      fixed={"d": 1.0})
     fitted = np.array([True, True, True, False])
-    starts = np.array(est._random_starts(np.array([2.0, 1.0, 4.0, 1.0]), fitted))[1:]
+    starts = np.array(est._random_starts(np.array([2.0, 1.0, 4.0, 1.0]), fitted)[0])[1:]
     assert np.all(starts[:, :3] >= 1e-2) and np.all(starts[:, :3] <= 1e2)
     assert np.all(starts[:, 3] == 1.0)  # a held parameter is not drawn
     logs = np.log10(starts[:, :3])  # uniform on [-2, 2]: mean 0, sd 4/sqrt(12) = 1.15
@@ -47,6 +49,29 @@ def test_random_starts_cover_the_box_log_uniformly():
     assert np.all(np.abs(logs.mean(axis=0)) < 0.23)
     assert np.all(logs.min(axis=0) < -1.8) and np.all(logs.max(axis=0) > 1.8)
 
+
+
+@pytest.mark.parametrize("box", [True, False])
+def test_latin_hypercube_starts_put_one_start_in_each_slice(box):
+    from scipy.stats import norm
+
+    model = make_trajectory("lotka_volterra", noise=0.1, random_state=0).problem.model
+    settings = ({"positive": True, "bounds": ([1e-2] * 4, [1e2] * 4)} if box else {})
+    est = AdjointODE(model, n_starts=11, random_state=3, start_sampling="latin_hypercube",
+                     **settings)
+    theta0 = np.array([2.0, 1.0, 4.0, 1.0])
+    starts = np.array(est._random_starts(theta0, np.ones(4, dtype=bool))[0])[1:]
+    # back to the uniform numbers behind the draws: log-uniform on [1e-2, 1e2], or
+    # theta0 * exp(N(0, 1))
+    U = ((np.log10(starts) + 2.0) / 4.0 if box else norm.cdf(np.log(starts / theta0)))
+    slices = np.floor(U * 10).astype(int)  # 10 random starts: 10 slices of [0, 1)
+    for j in range(4):  # every slice holds exactly one start, for every parameter
+        assert sorted(slices[:, j]) == list(range(10))
+    # the plain random draws do not (with these 10 draws: some slice twice)
+    plain = np.array(AdjointODE(model, n_starts=11, random_state=3, **settings)
+                     ._random_starts(theta0, np.ones(4, dtype=bool))[0])[1:]
+    U = ((np.log10(plain) + 2.0) / 4.0 if box else norm.cdf(np.log(plain / theta0)))
+    assert any(len(set(np.floor(U[:, j] * 10).astype(int))) < 10 for j in range(4))
 
 class _SIR(__import__("sklode").ODEModel):
     state_names = ("S", "I", "R")
@@ -122,3 +147,67 @@ def test_adjoint_says_what_it_tried_when_no_start_integrates():
     # a = 10 blows up near t = 0.1 from the smoothed start and from the first observation
     with pytest.raises(IntegrationError, match=r"failed too from 1 other initial state"):
         AdjointODE(_Quadratic(), theta0=(10.0,)).fit(t, Y)
+
+
+
+def test_random_starts_that_cannot_be_integrated_are_drawn_again():
+    t = np.linspace(0.0, 5.0, 41)
+    noise = 0.01 * np.random.default_rng(1).standard_normal((41, 1))
+    Y = (1.0 / (1.0 - 0.1 * t))[:, None] * (1.0 + noise)  # a = 0.1, x0 = 1
+    # log-uniform starts in [1e-3, 10]: from x0 ~ 1, a > 0.2 blows up before t = 5, so
+    # about 42 % of the draws cannot be integrated
+    settings = dict(theta0=(0.05,), positive=True, bounds=([1e-3], [10.0]), n_starts=8,
+                    random_state=4, x0=(1.0,), estimate_x0=False)
+    est = AdjointODE(_Quadratic(), **settings)
+    first = np.array(est._random_starts(np.array([0.05]), np.array([True]))[0])[1:, 0]
+    assert np.sum(first > 0.2) >= 2  # the draws this test needs
+    est.fit(t, Y)
+    assert np.isfinite(est.start_costs_).all()  # every slot ended integrable
+    assert re.search(r"[1-9]\d* random start\(s\) drawn again", est.solver_)
+    # the same fit with the starts in parallel: the redraws do not depend on n_jobs
+    again = AdjointODE(_Quadratic(), n_jobs=2, **settings).fit(t, Y)
+    np.testing.assert_array_equal(again.start_costs_, est.start_costs_)
+    assert est.theta_[0] == pytest.approx(0.1, rel=0.02)  # 41 values at 1 % noise
+
+@pytest.fixture(scope="module")
+def lorenz63():
+    from sklode.integrate import simulate
+    from sklode.models import Lorenz63
+
+    t = np.arange(0.0, 3.0 + 1e-9, 0.01)
+    X = simulate(Lorenz63(), [10.0, 28.0, 8.0 / 3.0], [-8.0, 7.0, 27.0], t)
+    return t, X + 0.5 * np.random.default_rng(0).standard_normal(X.shape)
+
+
+def test_the_second_start_comes_from_the_data(lorenz63):
+    from sklode.models import Lorenz63
+
+    t, Y = lorenz63
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optimum = AdjointODE(Lorenz63(), theta0=(10.0, 28.0, 8.0 / 3.0)).fit(t, Y)
+        # 50 % off in every parameter: alone, this start ends in a local minimum
+        guess = (15.0, 14.0, 4.0)
+        alone = AdjointODE(Lorenz63(), theta0=guess).fit(t, Y)
+        two = AdjointODE(Lorenz63(), theta0=guess, n_starts=2, random_state=0).fit(t, Y)
+    assert alone.loss_history_[-1] > 2 * optimum.loss_history_[-1]  # the case for the start
+    assert "start 1 from WENDyODE's fit" in two.solver_
+    # the same optimum as the fit started at the truth, to the optimiser's tolerance
+    assert two.loss_history_[-1] == pytest.approx(optimum.loss_history_[-1], rel=1e-6)
+    assert np.isfinite(two.start_costs_).all() and two.start_costs_[1] < two.start_costs_[0]
+
+
+def test_no_data_start_where_neither_method_takes_the_data(sir):
+    import torch
+
+    class Observed(_SIR):  # an observation model: WENDy and BCD-prox refuse it
+        observable_names = ("I",)
+
+        def observe(self, t, x, theta):
+            return x[..., 1:2] * torch.ones(1, dtype=x.dtype)
+
+    t, Y, _ = sir
+    est = AdjointODE(Observed(), theta0=(0.5, 0.1), x0=(0.999, 0.001, 0.0), n_starts=2,
+                     random_state=0).fit(t, Y[:, 1:2])
+    assert "from WENDyODE" not in est.solver_ and "from BCDProxODE" not in est.solver_
+    assert est.start_costs_.size == 2  # the random start took its place

@@ -39,6 +39,12 @@ from ._solver import OPTIMIZERS, adjoint_solve
 __all__ = ["AdjointODE"]
 
 
+# A random start from which the ODE cannot be integrated is drawn again, at most this many
+# times (each failure costs one forward solve, up to the blow-up): on Borghans_BiophysChem1997
+# 10 of 20 uniform starts in the PEtab bounds could not be integrated.
+_REDRAWS = 10
+
+
 class _Posed(NamedTuple):
     """The problem AdjointODE's cost is posed on (see ``AdjointODE._fitted_states``)."""
 
@@ -73,8 +79,10 @@ class AdjointODE(ODEEstimator):
     x0 : array-like of shape (n_states,) or (n_experiments, n_states), or dict, default=None
         Initial state at ``t0`` (one for all experiments, or one each): the starting guess
         where estimated, the known value otherwise; NaN (or None) marks unknown components,
-        which start from the first observation when that state is observed there and need a
-        guess otherwise.
+        which start from the data when that state is observed from its first time (a
+        quadratic through the first eighth of the samples, 5 to 15 of them; where the ODE
+        cannot be integrated from there, the first observation, then either with negative
+        values of positive data set to 0) and need a guess otherwise.
         A dict gives them by state name (a list of dicts: one per experiment); a state
         it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
@@ -143,11 +151,21 @@ class AdjointODE(ODEEstimator):
         and ``solver_`` says why. None: start from ``theta0``.
     n_starts : int, default=1
         Optimise from this many starts and keep the one with the lowest cost: the start
-        above (``theta0`` or ``init``'s) and ``n_starts - 1`` random ones: uniform in
-        ``bounds`` on the optimiser's scale (log-uniform for ``positive`` parameters) when
-        every fitted parameter has finite bounds, otherwise each fitted parameter multiplied
-        by ``exp(N(0, 1))``. Starts whose trajectory cannot be integrated are skipped;
-        ``n_starts_at_best_`` counts the starts that reached the best cost.
+        above (``theta0`` or ``init``'s); without ``init``, a start from the data (the fit
+        of WENDy, else of BCD-prox, where one of them can take the data: neither integrates
+        the ODE from a guess, so it starts near the answer where random starts around a
+        poor ``theta0`` stay poor); and random ones: uniform in ``bounds`` on the
+        optimiser's scale (log-uniform for ``positive`` parameters) when every fitted
+        parameter has finite bounds, otherwise each fitted parameter multiplied by
+        ``exp(N(0, 1))`` (a factor of e either way at one standard deviation, 7.1 at two; a
+        parameter at 0 drawn from ``N(0, 1)``). Starts whose trajectory cannot be integrated
+        are skipped; ``n_starts_at_best_`` counts the starts that reached the best cost and
+        ``solver_`` names the winner.
+    start_sampling : {"random", "latin_hypercube"}, default="random"
+        How the random starts are drawn: independently, or as a Latin hypercube (each
+        parameter's range cut into ``n_starts - 1`` equally likely slices, one start in
+        each; :class:`scipy.stats.qmc.LatinHypercube`), which spreads few starts more
+        evenly.
     random_state : int, RandomState instance or None, default=None
         Seed of the random starts (they are drawn before any fit, so the result does not
         depend on ``n_jobs``).
@@ -271,6 +289,7 @@ class AdjointODE(ODEEstimator):
         "gradient": [StrOptions({"adjoint", "forward"})],
         "init": [StrOptions({"bcdprox", "wendy"}), HasMethods(["fit"]), None],
         "n_starts": [Interval(Integral, 1, None, closed="left")],
+        "start_sampling": [StrOptions({"random", "latin_hypercube"})],
         "random_state": ["random_state"],
         "n_jobs": [Integral, None],
     }
@@ -280,8 +299,8 @@ class AdjointODE(ODEEstimator):
                  sigma=None, noise_kind="absolute",
                  x0_prior=None, x0_prior_sigma=None, invariant=None, invariant_weight=1e-4,
                  optimizer="trf", gradient="adjoint", init=None, n_starts=1,
-                 random_state=None, n_jobs=None, tol=1e-8, max_iter=200,
-                 integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
+                 start_sampling="random", random_state=None, n_jobs=None, tol=1e-8,
+                 max_iter=200, integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
         self.x0 = x0
@@ -302,6 +321,7 @@ class AdjointODE(ODEEstimator):
         self.gradient = gradient
         self.init = init
         self.n_starts = n_starts
+        self.start_sampling = start_sampling
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.tol = tol
@@ -339,13 +359,39 @@ class AdjointODE(ODEEstimator):
         fitted, theta0 = check_fixed(self.fixed, start_theta, self.model)
         self._check_enough_values(data, fitted)
         problem = self._fitted_states(data)
-        starts = self._random_starts(theta0, fitted)
-        outcomes = []
-        for outcome in Parallel(n_jobs=self.n_jobs, prefer="threads", return_as="generator")(
-                delayed(self._solve)(problem, start, fitted) for start in starts):
-            outcomes.append(outcome)
+        thetas, reseeds = self._random_starts(theta0, fitted)
+        starts = [(start, problem) for start in thetas]
+        redrawable = set(range(1, len(starts)))  # the random starts
+        if self.init is None and len(starts) > 1:
+            # the second start comes from the data: random starts around a poor theta0 are
+            # mostly poor too (Rossler, Lorenz-63), a gradient-free method's fit is not
+            found = self._data_start(t, Y)
+            if found is not None:
+                name, other = found
+                starts[1] = (np.where(fitted, other.theta_, theta0),
+                             self._fitted_states(data.with_initial_states(other.x0_)))
+                start_note += f"; start 1 from {name}'s fit"
+                redrawable.discard(1)
+
+        def one(k, start, posed):
+            """One start's ``(objective, result, redraws)``: a random start from which the
+            ODE cannot be integrated is drawn again (its own stream: any n_jobs)."""
+            objective, res = self._solve(posed, start, fitted)
+            redraws, rng = 0, check_random_state(reseeds[k - 1]) if k in redrawable else None
+            while (rng is not None and isinstance(res, IntegrationError)
+                   and redraws < _REDRAWS):
+                start = self._random_starts(theta0, fitted, n_random=1, rng=rng)[0][1]
+                objective, res = self._solve(posed, start, fitted)
+                redraws += 1
+            return objective, res, redraws
+
+        outcomes, n_redrawn = [], 0
+        for objective, res, redraws in Parallel(
+                n_jobs=self.n_jobs, prefer="threads", return_as="generator")(
+                delayed(one)(k, start, posed) for k, (start, posed) in enumerate(starts)):
+            outcomes.append((objective, res))
+            n_redrawn += int(redraws > 0)
             if self.verbose and len(starts) > 1:  # progress per start on long problems
-                objective, res = outcome
                 status = (f"could not be integrated ({res})" if isinstance(res, Exception)
                           else f"cost {objective.cost(res.u):.6g}")
                 print(f"{type(self).__name__} start {len(outcomes)}/{len(starts)}: {status}",
@@ -362,7 +408,9 @@ class AdjointODE(ODEEstimator):
         n_solves = sum(o.n_forward + o.n_derivative for o, _ in outcomes)
         if len(starts) > 1:
             start_note += (f"; best of {len(starts)} starts (start {best}; "
-                           f"{len(starts) - len(finished)} could not be integrated)")
+                           f"{n_redrawn} random start(s) drawn again where the ODE could not "
+                           f"be integrated; {len(starts) - len(finished)} could not be "
+                           "integrated in the end)")
 
         x0, theta = objective.split(objective.to_z(res.u))
         self._warn_at_bounds(theta, fitted)
@@ -549,11 +597,12 @@ class AdjointODE(ODEEstimator):
             estimator_name=type(self).__name__)
 
     def _solve(self, problem, theta_start, fitted):
-        """``(objective, result)`` of one optimisation from ``theta_start``, from the first
-        of the data's initial states (:func:`~sklode._initial_state.data_starts`: smoothed,
-        as observed, sign-corrected) at which the ODE can be integrated; the result an
-        IntegrationError where it can be integrated from none of them."""
-        failed = []
+        """``(objective, result)`` of one optimisation from ``theta_start``, from the one of
+        the data's initial states (:func:`~sklode._initial_state.data_starts`: smoothed, as
+        observed, sign-corrected) with the lowest cost at ``theta_start`` (one forward solve
+        each: on a chaotic system a start a third of a noise level off can cost 4x another);
+        the result an IntegrationError where the ODE can be integrated from none of them."""
+        failed, ready = [], []
         for data in self._data_starts(problem.data):
             objective, u0 = self._pose(problem._replace(data=data), theta_start, fitted)
             bounds = self._bounds_in_u(objective, problem.x0_bounds)
@@ -561,20 +610,36 @@ class AdjointODE(ODEEstimator):
                 span = np.where(np.isfinite(bounds[1] - bounds[0]), bounds[1] - bounds[0], 1.0)
                 u0 = np.clip(u0, bounds[0] + 1e-10 * span, bounds[1] - 1e-10 * span)
             try:
-                res = adjoint_solve(objective, u0, optimizer=self.optimizer,
-                                    gradient=self.gradient, bounds=bounds, tol=self.tol,
-                                    max_iter=self.max_iter, verbose=self.verbose)
+                cost = objective.cost(u0)  # the solve is kept for the optimiser's first step
             except IntegrationError as exc:
-                failed.append((objective, exc))
+                failed.append((objective, u0, exc))
                 continue
-            return objective, res
-        objective, exc = failed[0]
+            if np.isfinite(cost):
+                ready.append((cost, len(ready), objective, u0, bounds))
+        if not ready:
+            return self._cannot_start(failed)
+        _, _, objective, u0, bounds = min(ready)
+        try:
+            res = adjoint_solve(objective, u0, optimizer=self.optimizer,
+                                gradient=self.gradient, bounds=bounds, tol=self.tol,
+                                max_iter=self.max_iter, verbose=self.verbose)
+        except IntegrationError as exc:
+            return objective, exc
+        return objective, res
+
+    @staticmethod
+    def _cannot_start(failed):
+        """``(objective, IntegrationError)`` saying that the ODE fails from every start
+        ``failed`` holds (``(objective, u0, error)``, the best start first)."""
+        objective, u0, exc = failed[0]
+        x0, theta0 = objective.split(objective.to_z(u0))
+        message = (f"AdjointODE cannot start: the ODE fails at the initial guess "
+                   f"theta0={theta0}, x0={x0}. {exc}")
         if len(failed) > 1:
-            exc = IntegrationError(
-                f"{exc} It failed too from {len(failed) - 1} other initial state(s) taken "
-                "from the data (smoothed, as first observed, negative values of positive "
-                "data set to 0): give x0 a guess, or x0_bounds.", t_reached=exc.t_reached)
-        return objective, exc
+            message += (f" It failed too from {len(failed) - 1} other initial state(s) "
+                        "taken from the data (smoothed, as first observed, negative values of "
+                        "positive data set to 0): give x0 a guess, or x0_bounds.")
+        return objective, IntegrationError(message, t_reached=exc.t_reached)
 
     def _data_starts(self, data):
         """The data with their unknown initial components filled in each way
@@ -614,63 +679,95 @@ class AdjointODE(ODEEstimator):
                  "beyond (widen the bound unless it is a physical limit); their standard "
                  "errors ignore the bound.", BoundWarning)
 
-    def _random_starts(self, theta0, fitted):
+    def _random_starts(self, theta0, fitted, n_random=None, rng=None):
         """``theta0`` and ``n_starts - 1`` random starts, drawn up front from
         ``random_state`` (so the result does not depend on ``n_jobs``). Where every fitted
         parameter has finite bounds the starts cover the box: uniform on the optimiser's
         scale (log-uniform for ``positive`` parameters), as multistart tools draw them;
         otherwise each fitted parameter is ``theta0`` multiplied by ``exp(N(0, 1))`` (signs
-        kept, a factor of e at one standard deviation), a zero one drawn from ``N(0, 1)``."""
-        rng = check_random_state(self.random_state)
-        starts = [theta0.copy()]
+        kept, a factor of e at one standard deviation), a zero one drawn from ``N(0, 1)``.
+        ``start_sampling="latin_hypercube"`` takes the uniform numbers behind either from a
+        Latin hypercube. Returns the starts and one seed per random start for drawing it
+        again; ``n_random`` and ``rng`` draw that many plain random starts from ``rng``
+        instead (a start drawn again)."""
+        from scipy.stats import norm, qmc
+
+        again = rng is not None
+        n_random = self.n_starts - 1 if n_random is None else n_random
+        if n_random == 0:
+            return [theta0.copy()], []
+        rng = rng if again else check_random_state(self.random_state)
         lower, upper = self._theta_limits()
         log_scale = check_positive(self.positive, self.model.n_params)
         box = bool(np.all(np.isfinite(lower[fitted]) & np.isfinite(upper[fitted])))
+        # scipy's Latin hypercube takes a Generator, seeded from random_state's stream
+        latin = (qmc.LatinHypercube(d=theta0.size, rng=np.random.default_rng(
+            rng.randint(2**31))) if self.start_sampling == "latin_hypercube" and not again
+                 else None)
         if box:  # the held parameters' (maybe infinite) bounds are not drawn from
             lower, upper = np.where(fitted, lower, 0.0), np.where(fitted, upper, 0.0)
-            lo = np.where(log_scale & (lower > 0), np.log(np.where(lower > 0, lower, 1)),
-                          lower)
-            hi = np.where(log_scale & (lower > 0), np.log(np.where(upper > 0, upper, 1)),
-                          upper)
-        for _ in range(self.n_starts - 1):
-            if box:
-                u = lo + (hi - lo) * rng.uniform(size=theta0.size)
-                start = np.where(log_scale & (lower > 0), np.exp(u), u)
-            else:
-                draw = rng.standard_normal(theta0.size)
-                start = np.where(theta0 != 0, theta0 * np.exp(draw), draw)
-            starts.append(np.where(fitted, start, theta0))
-        return starts
+            on_log = log_scale & (lower > 0)
+            lo = np.where(on_log, np.log(np.where(lower > 0, lower, 1)), lower)
+            hi = np.where(on_log, np.log(np.where(upper > 0, upper, 1)), upper)
+            U = (latin.random(n_random) if latin is not None
+                 else rng.uniform(size=(n_random, theta0.size)))
+            draws = lo + (hi - lo) * U
+            starts = np.where(on_log, np.exp(draws), draws)
+        else:
+            draws = (norm.ppf(latin.random(n_random)) if latin is not None
+                     else rng.standard_normal((n_random, theta0.size)))
+            starts = np.where(theta0 != 0, theta0 * np.exp(draws), draws)
+        # drawn after the starts, so that they are the same with or without redraws
+        reseeds = [] if again else list(rng.randint(2**31, size=n_random))
+        return [theta0.copy()] + [np.where(fitted, start, theta0) for start in starts], reseeds
 
     def _start_from_init(self, t, Y, data):
         """``(theta0, data, note)``: the start ``init`` gives (the data with its estimated
         initial components replaced by the other fit's ``x0_``), or ``theta0`` and why not."""
         if self.init is None:
             return self._initial_theta(), data, ""
-        if isinstance(self.init, str):
+        other_name, other = self._fit_other(self.init, t, Y)
+        if isinstance(other, Exception):
+            warn(f"init={self.init if isinstance(self.init, str) else other_name!r} could not "
+                 f"fit these data, so {type(self).__name__} starts from theta0 instead: "
+                 f"{other}", StartWarning)
+            return (self._initial_theta(), data,
+                    f"; init={other_name} could not fit these data ({other}), so the start "
+                    "was theta0")
+        return (np.array(other.theta_, dtype=np.float64),
+                data.with_initial_states(other.x0_), f"; started from {other_name}'s fit")
+
+    def _fit_other(self, init, t, Y, errors=(ValueError, SklodeError)):
+        """``(name, fitted estimator)`` of ``init`` ("bcdprox", "wendy" or an estimator) on
+        the same data, posed with this estimator's settings, or ``(name, exception)`` where
+        it cannot fit them (``errors``)."""
+        if isinstance(init, str):
             from ..bcdprox import BCDProxODE
             from ..wendy import WENDyODE
 
-            Other = {"bcdprox": BCDProxODE, "wendy": WENDyODE}[self.init]
+            Other = {"bcdprox": BCDProxODE, "wendy": WENDyODE}[init]
             other = Other(self.model, theta0=self.theta0, x0=self.x0,
                           estimate_x0=self.estimate_x0, t0=self.t0, observed=self.observed,
                           fixed=self.fixed, bounds=self.bounds, positive=self.positive)
         else:
-            other = clone(self.init)
-        other_name = type(other).__name__
+            other = clone(init)
         try:
             with warnings.catch_warnings():  # its verdicts are not this fit's
                 warnings.simplefilter("ignore")
                 other.fit(t, Y)
-        except (ValueError, SklodeError) as exc:
-            warn(f"init={self.init if isinstance(self.init, str) else other_name!r} could not "
-                 f"fit these data, so {type(self).__name__} starts from theta0 instead: "
-                 f"{exc}", StartWarning)
-            return (self._initial_theta(), data,
-                    f"; init={other_name} could not fit these data ({exc}), so the start "
-                    "was theta0")
-        return (np.array(other.theta_, dtype=np.float64),
-                data.with_initial_states(other.x0_), f"; started from {other_name}'s fit")
+        except errors as exc:
+            return type(other).__name__, exc
+        return type(other).__name__, other
+
+    def _data_start(self, t, Y):
+        """``(name, fitted estimator)`` of the first of WENDy and BCD-prox that can fit these
+        data (neither integrates the ODE from a guess), or None."""
+        for method in ("wendy", "bcdprox"):
+            # any failure: this start is an extra, never a reason for the fit to fail
+            name, other = self._fit_other(method, t, Y, errors=Exception)
+            if not isinstance(other, Exception) and np.all(np.isfinite(other.theta_)):
+                return name, other
+        return None
 
     def _bounds_in_u(self, objective, on_x0):
         """Bounds on the optimiser's variables (``on_x0``: on the initial state, in the

@@ -12,6 +12,7 @@ __all__ = [
     "FitzHughNagumo",
     "Rossler",
     "Lorenz96",
+    "Lorenz63",
     "SEIRD",
     "LogisticGrowth",
     "FitzHughNagumoLinear",
@@ -93,6 +94,23 @@ class Lorenz96(ODEModel):
             x, 1, dims=-1
         )
         return advection - x + theta
+
+
+class Lorenz63(ODEModel):
+    """Lorenz's 1963 convection model: ``x' = sigma (y - x)``, ``y' = x (rho - z) - y``,
+    ``z' = x y - beta z``; chaotic at the classic ``(10, 28, 8/3)``.
+
+    Linear in ``theta = (sigma, rho, beta)``.
+    """
+
+    state_names = ("x", "y", "z")
+    param_names = ("sigma", "rho", "beta")
+    default_theta = (10.0, 28.0, 8.0 / 3.0)
+
+    def rhs(self, t, x, theta):
+        u, v, w = x[..., 0], x[..., 1], x[..., 2]
+        sigma, rho, beta = theta
+        return torch.stack([sigma * (v - u), u * (rho - w) - v, u * v - beta * w], dim=-1)
 
 
 class SEIRD(ODEModel):
