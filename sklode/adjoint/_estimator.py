@@ -79,10 +79,11 @@ class AdjointODE(ODEEstimator):
     x0 : array-like of shape (n_states,) or (n_experiments, n_states), or dict, default=None
         Initial state at ``t0`` (one for all experiments, or one each): the starting guess
         where estimated, the known value otherwise; NaN (or None) marks unknown components,
-        which start from the data when that state is observed from its first time (a
-        quadratic through the first eighth of the samples, 5 to 15 of them; where the ODE
-        cannot be integrated from there, the first observation, then either with negative
-        values of positive data set to 0) and need a guess otherwise.
+        which start from the data when that state is observed from its first time (of a
+        quadratic through the first eighth of the samples, 5 to 15 of them, the first
+        observation, and either with negative values of positive data set to 0, the one
+        with the lowest cost at the start that the ODE can be integrated from) and need a
+        guess otherwise.
         A dict gives them by state name (a list of dicts: one per experiment); a state
         it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
