@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -6,6 +7,8 @@ import pytest
 import torch
 
 torch.set_default_dtype(torch.float64)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one core each, no oversubscription
+    torch.set_num_threads(1)
 
 # The hand-written scipy baselines live with the benchmarks, outside the library.
 # appended, not prepended: benchmarks/petab.py must not hide the petab package
