@@ -34,7 +34,7 @@ from ..exceptions import (
     warn,
 )
 from ._profile import profile_interval
-from ._solver import OPTIMIZERS, adjoint_solve
+from ._solver import OPTIMIZERS, adjoint_solve, cannot_start
 
 __all__ = ["AdjointODE"]
 
@@ -633,14 +633,11 @@ class AdjointODE(ODEEstimator):
         """``(objective, IntegrationError)`` saying that the ODE fails from every start
         ``failed`` holds (``(objective, u0, error)``, the best start first)."""
         objective, u0, exc = failed[0]
-        x0, theta0 = objective.split(objective.to_z(u0))
-        message = (f"AdjointODE cannot start: the ODE fails at the initial guess "
-                   f"theta0={theta0}, x0={x0}. {exc}")
-        if len(failed) > 1:
-            message += (f" It failed too from {len(failed) - 1} other initial state(s) "
-                        "taken from the data (smoothed, as first observed, negative values of "
-                        "positive data set to 0): give x0 a guess, or x0_bounds.")
-        return objective, IntegrationError(message, t_reached=exc.t_reached)
+        also = ("" if len(failed) == 1 else
+                f" It failed too from {len(failed) - 1} other initial state(s) taken from the "
+                "data (smoothed, as first observed, negative values of positive data set to "
+                "0): give x0 a guess, or x0_bounds.")
+        return objective, cannot_start(objective, u0, exc, also)
 
     def _data_starts(self, data):
         """The data with their unknown initial components filled in each way

@@ -77,6 +77,15 @@ class _MaxIterReached(Exception):
     pass
 
 
+def cannot_start(objective, u0, exc, also=""):
+    """The :class:`~sklode.exceptions.IntegrationError` of a fit whose ODE fails at its start
+    ``u0`` with ``exc`` (``also``: a sentence added at the end)."""
+    x0, theta0 = objective.split(objective.to_z(u0))
+    return IntegrationError(
+        f"AdjointODE cannot start: the ODE fails at the initial guess theta0={theta0}, "
+        f"x0={x0}. {exc}{also}", t_reached=exc.t_reached)
+
+
 def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=None,
                   tol=1e-8, max_iter=200, verbose=0):
     """Minimise ``objective`` from ``u0`` with the chosen optimiser.
@@ -115,10 +124,7 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     try:
         start_evaluations = objective.evaluations_at(u0)
     except IntegrationError as exc:
-        x0, theta0 = objective.split(objective.to_z(u0))
-        raise IntegrationError(
-            f"AdjointODE cannot start: the ODE fails at the initial guess theta0={theta0}, "
-            f"x0={x0}. {exc}", t_reached=exc.t_reached) from exc
+        raise cannot_start(objective, u0, exc) from exc
     objective.max_evaluations = max(20_000, _TRIAL_EVALUATION_FACTOR * start_evaluations)
     history = {"loss": [], "grad": []}
 
