@@ -1,0 +1,437 @@
+"""Population fits on arrays: the Lindstrom-Bates iterations (nlme's algorithm) and a direct
+minimisation of the FOCE-I or Laplace marginal likelihood.
+
+The unknowns ``phi`` are, in this order: the fixed effects ``b`` (the estimated parameters,
+``log theta`` where ``log_mask``, else ``theta``), the random effects' covariance (``log`` of
+the standard deviations for a diagonal ``Omega``; the log-diagonal then the strictly lower
+entries of its Cholesky factor for a full one), and ``log sigma`` of the additive noise levels
+(none when the model has its own ``noise_sd``, whose parameters are then among ``b``).
+
+* :func:`lindstrom_bates` alternates a penalised nonlinear least-squares step (``b`` and every
+  subject's ``eta`` for the current ``Omega`` and ``sigma``; Levenberg-Marquardt on the
+  block-arrow normal equations) and a linear mixed-model step (the model linearised at that
+  point; ``b`` by generalised least squares, ``Omega`` and ``sigma`` by maximum likelihood):
+  Lindstrom and Bates (1990), the algorithm of R's ``nlme``. Additive noise only. No forward
+  solve is differenced: the mixed-model step is linear algebra.
+* :func:`direct_fit` minimises the marginal ``-log L`` (each subject's random effects at their
+  conditional mode: :mod:`._subject`) with L-BFGS-B on central differences: any noise model,
+  FOCE-I or Laplace; the slower path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize
+
+from ..exceptions import IntegrationError
+from ._subject import _LOG_2PI, subject_theta
+
+__all__ = ["Layout", "PopulationResult", "direct_fit", "lindstrom_bates", "marginal_nll"]
+
+# log standard deviation of a random effect kept in [log 1e-5, log 1e2]: a variance that
+# collapses to zero (a parameter that does not vary) stops at the lower edge, not at -inf
+_LOG_SD_BOUNDS = (np.log(1e-5), np.log(1e2))
+# central-difference steps on phi (log scales and Cholesky entries are O(0.1-10)); the
+# objective's noise is that of the solves (rtol), ~1e-9 relative
+_GRADIENT_STEP = 1e-4
+_HESSIAN_STEP = 1e-3
+_PNLS_MAX_ITER = 50
+# the nonlinear step stops when Gauss-Newton predicts a decrease below this (relative): the
+# sum of squares is then exact far below the ODE solves' noise (rtol 1e-8)
+_PNLS_RTOL = 1e-10
+
+
+@dataclass
+class Layout:
+    """Where each unknown lives.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (n_params,)
+        The model's parameters (held ones at their values).
+    estimated : ndarray of int
+        Indices of the estimated parameters (``b``'s order).
+    log_mask : ndarray of bool of shape (n_estimated,)
+        Which of them are on the log scale.
+    random : ndarray of int
+        Indices (into the model's parameters) of the random ones.
+    full : bool
+        Full covariance (else diagonal).
+    n_sigma : int
+        Additive noise levels estimated (0 with the model's ``noise_sd``).
+    """
+
+    theta: np.ndarray
+    estimated: np.ndarray
+    log_mask: np.ndarray
+    random: np.ndarray
+    full: bool
+    n_sigma: int
+
+    @property
+    def n_b(self):
+        return self.estimated.size
+
+    @property
+    def q(self):
+        return self.random.size
+
+    @property
+    def n_omega(self):
+        return self.q * (self.q + 1) // 2 if self.full else self.q
+
+    def pack(self, theta, omega, log_sigma):
+        """``phi`` from natural values."""
+        est = theta[self.estimated]
+        b = np.where(self.log_mask, np.log(np.where(self.log_mask, est, 1.0)), est)
+        if self.full:
+            L = np.linalg.cholesky(omega)
+            w = np.concatenate([np.log(np.diag(L)), L[np.tril_indices(self.q, -1)]])
+        else:
+            w = 0.5 * np.log(np.diag(omega))
+        ls = np.zeros(0) if log_sigma is None else np.asarray(log_sigma, dtype=np.float64)
+        return np.concatenate([b, w, ls])
+
+    def theta_of(self, b):
+        theta = self.theta.copy()
+        theta[self.estimated] = np.where(self.log_mask, np.exp(b), b)
+        return theta
+
+    def dtheta_db(self, theta):
+        """``d theta[estimated] / d b`` (diagonal), at a subject's parameters."""
+        return np.where(self.log_mask, theta[self.estimated], 1.0)
+
+    def unpack(self, phi):
+        """``(theta, omega, log_sigma)`` from ``phi``."""
+        b, rest = phi[: self.n_b], phi[self.n_b:]
+        w, ls = rest[: self.n_omega], rest[self.n_omega:]
+        if self.full:
+            L = np.diag(np.exp(w[: self.q]))
+            L[np.tril_indices(self.q, -1)] = w[self.q:]
+            omega = L @ L.T
+        else:
+            omega = np.diag(np.exp(2.0 * w))
+        return self.theta_of(b), omega, (ls if self.n_sigma else None)
+
+    def bounds(self):
+        """Box of L-BFGS-B: only the log standard deviations are bounded."""
+        inf = (None, None)
+        if self.full:
+            w = [_LOG_SD_BOUNDS] * self.q + [inf] * (self.n_omega - self.q)
+        else:
+            w = [_LOG_SD_BOUNDS] * self.q
+        return [inf] * self.n_b + w + [inf] * self.n_sigma
+
+
+@dataclass
+class PopulationResult:
+    """What a population fit found (``phi`` on the optimiser's scales)."""
+
+    phi: np.ndarray
+    etas: np.ndarray
+    neg_log_likelihood: float
+    n_iter: int
+    converged: bool
+    stop_reason: str
+    solver: str
+    history: list = field(default_factory=list)
+
+
+def marginal_nll(subjects, layout, phi, etas, method="foce"):
+    """The population's marginal ``-log L`` at ``phi`` (each subject's mode searched from
+    ``etas``) and the modes.
+
+    Returns
+    -------
+    nll : float
+        ``inf`` where a subject's ODE cannot be integrated.
+    etas : ndarray of shape (n_subjects, n_random)
+    """
+    theta, omega, log_sigma = layout.unpack(phi)
+    total, modes = 0.0, np.array(etas, dtype=np.float64)
+    try:
+        for k, subject in enumerate(subjects):
+            nll, modes[k] = subject.neg_log_likelihood(theta, omega, log_sigma, etas[k], method)
+            total += nll
+    except (IntegrationError, np.linalg.LinAlgError):
+        return np.inf, np.array(etas, dtype=np.float64)
+    return total, modes
+
+
+# ---------------------------------------------------------------------- Lindstrom-Bates
+def _linearise(subjects, layout, b, etas, log_sigma):
+    """Each subject's predictions, weights and derivatives in ``b`` and ``eta``."""
+    theta = layout.theta_of(b)
+    out = []
+    for subject, eta in zip(subjects, etas):
+        th = subject_theta(theta, layout.random, eta)
+        h, _, dh, _ = subject.predict(th, derivatives=True)
+        X = dh[:, layout.estimated] * layout.dtheta_db(th)
+        Z = dh[:, layout.random] * th[layout.random]
+        out.append((h, X, Z, np.exp(log_sigma[subject.cols])))
+    return out
+
+
+def _penalised(subjects, layout, b, etas, log_sigma, omega_inv):
+    """The penalised sum of squares of the nonlinear step (inf where a solve fails)."""
+    theta = layout.theta_of(b)
+    total = 0.0
+    try:
+        for subject, eta in zip(subjects, etas):
+            h = subject.predict(subject_theta(theta, layout.random, eta))[0]
+            r = (subject.y - h) / np.exp(log_sigma[subject.cols])
+            total += r @ r + eta @ omega_inv @ eta
+    except IntegrationError:
+        return np.inf
+    return total
+
+
+def _pnls(subjects, layout, b, etas, omega, log_sigma):
+    """Penalised nonlinear least squares in ``b`` and every ``eta`` (Levenberg-Marquardt on
+    the block-arrow normal equations: each subject's block eliminated by its Schur
+    complement)."""
+    omega_inv = np.linalg.inv(omega)
+    value = _penalised(subjects, layout, b, etas, log_sigma, omega_inv)
+    if not np.isfinite(value):
+        raise IntegrationError("The population parameters cannot be integrated for every "
+                               "subject at the start.")
+    lam = 1e-3
+    for _ in range(_PNLS_MAX_ITER):
+        lin = _linearise(subjects, layout, b, etas, log_sigma)
+        C = np.zeros((layout.n_b, layout.n_b))
+        gb = np.zeros(layout.n_b)
+        blocks = []
+        for (subject, eta, (h, X, Z, s)) in zip(subjects, etas, lin):
+            r = (h - subject.y) / s
+            Xs, Zs = X / s[:, None], Z / s[:, None]
+            A = Zs.T @ Zs + omega_inv
+            B = Zs.T @ Xs
+            ge = Zs.T @ r + omega_inv @ eta
+            C += Xs.T @ Xs
+            gb += Xs.T @ r
+            blocks.append((A, B, ge))
+        improved = False
+        for _attempt in range(12):
+            Sc = C + lam * np.diag(np.diag(C) + 1e-12)
+            rhs = gb.copy()
+            solved = []
+            for A, B, ge in blocks:
+                Ad = A + lam * np.diag(np.diag(A))
+                AiB, Aig = np.linalg.solve(Ad, B), np.linalg.solve(Ad, ge)
+                Sc -= B.T @ AiB
+                rhs -= B.T @ Aig
+                solved.append((AiB, Aig))
+            db = -np.linalg.solve(Sc, rhs)
+            d_etas = np.array([-Aig - AiB @ db for AiB, Aig in solved])
+            # the Gauss-Newton model's decrease of the penalised sum of squares (twice the
+            # gradient's inner product with the step): once it is below the solves' noise,
+            # no trial can tell better from worse: converged
+            predicted = -2.0 * (gb @ db + sum(blk[2] @ de for blk, de in zip(blocks, d_etas)))
+            if predicted < _PNLS_RTOL * max(1.0, value):
+                return b, etas, value
+            new_etas = etas + d_etas
+            new_b = b + db
+            new_value = _penalised(subjects, layout, new_b, new_etas, log_sigma, omega_inv)
+            if new_value < value:
+                improved = True
+                break
+            lam *= 10.0
+        if not improved:
+            break
+        decrease = value - new_value
+        b, etas, value = new_b, new_etas, new_value
+        lam = max(lam / 10.0, 1e-9)
+        if decrease < 1e-12 * max(1.0, value):
+            break
+    return b, etas, value
+
+
+def _lme_nll(subjects, layout, w_omega, log_sigma, lin_data, return_b=False):
+    """``-log L`` of the linearised mixed model with ``b`` profiled out by generalised least
+    squares (``lin_data``: each subject's ``(w, X, Z, columns)``)."""
+    q = layout.q
+    omega = layout.unpack(np.concatenate([np.zeros(layout.n_b), w_omega,
+                                          log_sigma]))[1]
+    XtVX = np.zeros((layout.n_b, layout.n_b))
+    XtVw = np.zeros(layout.n_b)
+    logdet, factors = 0.0, []
+    for w, X, Z, cols in lin_data:
+        s2 = np.exp(2.0 * log_sigma[cols])
+        V = Z @ omega @ Z.T + np.diag(s2)
+        try:
+            L = np.linalg.cholesky(V)
+        except np.linalg.LinAlgError:
+            return np.inf
+        logdet += 2.0 * np.sum(np.log(np.diag(L)))
+        LX = np.linalg.solve(L, X)
+        Lw = np.linalg.solve(L, w)
+        XtVX += LX.T @ LX
+        XtVw += LX.T @ Lw
+        factors.append((LX, Lw))
+    del q
+    b = np.linalg.solve(XtVX, XtVw)
+    quad = sum(float(np.sum((Lw - LX @ b) ** 2)) for LX, Lw in factors)
+    n = sum(w.size for w, *_ in lin_data)
+    nll = 0.5 * (n * _LOG_2PI + logdet + quad)
+    return (nll, b) if return_b else nll
+
+
+def lme_nll_full(layout, phi, lin_data):
+    """``-log L`` of the linearised model at every unknown (``b`` not profiled), for the
+    covariance of the estimates."""
+    b = phi[: layout.n_b]
+    _, omega, log_sigma = layout.unpack(phi)
+    total = 0.0
+    for w, X, Z, cols in lin_data:
+        V = Z @ omega @ Z.T + np.diag(np.exp(2.0 * log_sigma[cols]))
+        L = np.linalg.cholesky(V)
+        r = np.linalg.solve(L, w - X @ b)
+        total += 0.5 * (w.size * _LOG_2PI + 2.0 * np.sum(np.log(np.diag(L))) + r @ r)
+    return total
+
+
+def linearised_data(subjects, layout, b, etas, log_sigma):
+    """Each subject's working response ``w = y - h + X b + Z eta`` and its ``X``, ``Z``."""
+    out = []
+    for subject, eta, (h, X, Z, _) in zip(subjects, etas,
+                                          _linearise(subjects, layout, b, etas, log_sigma)):
+        out.append((subject.y - h + X @ b + Z @ eta, X, Z, subject.cols))
+    return out
+
+
+def lindstrom_bates(subjects, layout, phi0, *, tol=1e-6, max_iter=50, log=None):
+    """Alternate the nonlinear and the linear mixed-model steps until the unknowns settle.
+
+    Parameters
+    ----------
+    subjects : list of Subject
+    layout : Layout
+        With ``n_sigma > 0`` (additive noise).
+    phi0 : ndarray
+        Start.
+    tol : float
+        Largest change of an unknown (on its scale) between two iterations at convergence.
+    max_iter : int
+    log : callable, optional
+        Called with ``(iteration, nll)``.
+
+    Returns
+    -------
+    PopulationResult
+        ``neg_log_likelihood`` is the linearised model's at the last iteration (nlme's).
+    """
+    phi = np.array(phi0, dtype=np.float64)
+    n_b, n_w = layout.n_b, layout.n_omega
+    etas = np.zeros((len(subjects), layout.q))
+    history, converged, nll = [], False, np.inf
+    bounds = layout.bounds()[n_b:]
+    for iteration in range(1, max_iter + 1):
+        _, omega, log_sigma = layout.unpack(phi)
+        b, etas, _ = _pnls(subjects, layout, phi[:n_b], etas, omega, log_sigma)
+        lin = linearised_data(subjects, layout, b, etas, log_sigma)
+
+        def profiled(v, lin=lin):
+            return _lme_nll(subjects, layout, v[:n_w], v[n_w:], lin)
+
+        res = minimize(profiled, phi[n_b:], method="L-BFGS-B", bounds=bounds,
+                       options={"ftol": 1e-13, "gtol": 1e-9, "maxiter": 500})
+        nll, b_new = _lme_nll(subjects, layout, res.x[:n_w], res.x[n_w:], lin, return_b=True)
+        new = np.concatenate([b_new, res.x])
+        change = float(np.max(np.abs(new - phi)))
+        phi = new
+        history.append(nll)
+        if log is not None:
+            log(iteration, nll)
+        if change < tol:
+            converged = True
+            break
+    # the modes at the final unknowns (the last nonlinear step used the previous Omega)
+    _, omega, log_sigma = layout.unpack(phi)
+    return PopulationResult(
+        phi=phi, etas=etas, neg_log_likelihood=nll, n_iter=iteration, converged=converged,
+        stop_reason=("the unknowns changed by less than tol" if converged else
+                     f"max_iter={max_iter} alternations reached"),
+        solver="Lindstrom-Bates (nlme's alternating algorithm)", history=history)
+
+
+# ---------------------------------------------------------------------- direct
+class _Marginal:
+    """The marginal ``-log L`` as a function of ``phi`` for scipy, its modes kept to start the
+    next evaluation's mode searches (warm starts)."""
+
+    def __init__(self, subjects, layout, method, etas):
+        self.subjects, self.layout, self.method = subjects, layout, method
+        self.etas = np.array(etas, dtype=np.float64)
+        self.n_evaluations = 0
+
+    def value(self, phi, keep=True):
+        self.n_evaluations += 1
+        nll, etas = marginal_nll(self.subjects, self.layout, phi, self.etas, self.method)
+        if keep and np.isfinite(nll):
+            self.etas = etas
+        return nll
+
+    def gradient(self, phi):
+        g = np.empty(phi.size)
+        for k in range(phi.size):
+            step = np.zeros(phi.size)
+            step[k] = _GRADIENT_STEP
+            g[k] = (self.value(phi + step, keep=False)
+                    - self.value(phi - step, keep=False)) / (2 * _GRADIENT_STEP)
+        return g
+
+    def hessian(self, phi):
+        """Central second differences of the value (symmetric)."""
+        n, h = phi.size, _HESSIAN_STEP
+        f0 = self.value(phi, keep=False)
+        H = np.empty((n, n))
+        for i in range(n):
+            ei = np.zeros(n)
+            ei[i] = h
+            H[i, i] = (self.value(phi + ei, keep=False) - 2 * f0
+                       + self.value(phi - ei, keep=False)) / h ** 2
+            for j in range(i):
+                ej = np.zeros(n)
+                ej[j] = h
+                H[i, j] = H[j, i] = (
+                    self.value(phi + ei + ej, keep=False) - self.value(phi + ei - ej, keep=False)
+                    - self.value(phi - ei + ej, keep=False)
+                    + self.value(phi - ei - ej, keep=False)) / (4 * h * h)
+        return H
+
+
+def direct_fit(subjects, layout, phi0, etas0, *, method="foce", tol=1e-6, max_iter=200):
+    """Minimise the marginal ``-log L`` (FOCE-I or Laplace) over ``phi``.
+
+    Returns
+    -------
+    PopulationResult
+    """
+    marginal = _Marginal(subjects, layout, method, etas0)
+    if not np.isfinite(marginal.value(np.asarray(phi0, dtype=np.float64))):
+        raise IntegrationError("The population fit cannot start: a subject's ODE cannot be "
+                               "integrated at the starting parameters.")
+    history = []
+
+    def fun(phi):
+        return marginal.value(phi)
+
+    def callback(xk):
+        history.append(marginal.value(xk))
+
+    res = minimize(fun, phi0, jac=marginal.gradient, method="L-BFGS-B",
+                   bounds=layout.bounds(), callback=callback,
+                   options={"maxiter": max_iter, "ftol": tol * 1e-3, "gtol": tol})
+    nll = marginal.value(res.x)
+    return PopulationResult(
+        phi=res.x, etas=marginal.etas, neg_log_likelihood=nll, n_iter=int(res.nit),
+        converged=bool(res.success), stop_reason=str(res.message),
+        solver=f"direct L-BFGS-B on the {'FOCE-I' if method == 'foce' else 'Laplace'} "
+               "likelihood", history=history)
+
+
+def marginal_hessian(subjects, layout, phi, etas, method):
+    """The Hessian of the marginal ``-log L`` in ``phi`` (central differences)."""
+    return _Marginal(subjects, layout, method, etas).hessian(np.asarray(phi, dtype=float))

@@ -1,0 +1,270 @@
+"""One subject of a population: its predictions and their derivatives, its random effects'
+conditional mode, and its contribution to the marginal likelihood. Arrays in, arrays out.
+
+A subject's parameters are the population's ``theta`` with the random ones multiplied by
+``exp(eta)`` (log-normal between subjects, nlme's log-parameter form), then its conditions
+applied (``A @ theta + c``: covariates, dose groups). Its observations are normal around the
+model's observables ``h`` with standard deviations ``s``: the model's ``noise_sd`` at ``h``
+when it has one, else one additive level per observable (the estimator's ``sigma_``).
+
+The conditional mode of ``eta`` minimises
+
+    g(eta) = sum_j [ (y_j - h_j)^2 / (2 s_j^2) + log s_j ] + eta' Omega^-1 eta / 2
+
+(the interaction form: ``s`` moves with ``eta`` when the noise depends on the prediction), by
+Fisher scoring; the marginal ``-log L`` is Laplace's approximation at the mode,
+
+    g(eta_hat) + (m / 2) log 2 pi + log|Omega| / 2 + log|H| / 2,
+
+with ``H`` the expected information ``sum_j [dh dh' / s^2 + 2 dlog s dlog s'] + Omega^-1``
+(FOCE-I; with an additive noise this is exactly the linearised mixed model's likelihood that
+nlme reports) or the exact Hessian of ``g`` (Laplace).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._sensitivity import forward_trajectory, sensitivities
+from .._validation import condition_map
+from ..exceptions import IntegrationError
+
+__all__ = ["Subject", "subject_theta"]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+# Fisher scoring stops when the decrement g' H^-1 g is below this (relative to g): the value
+# at the mode is then exact to ~1e-12 relative, below the ODE solves' own noise (rtol)
+_DECREMENT_TOL = 1e-12
+_MAX_SCORING = 50
+# Central-difference step of the exact Hessian in eta (Laplace): eta is on the log scale,
+# O(0.1-1); the gradient it differences comes from sensitivities at rtol 1e-10.
+_HESSIAN_STEP = 1e-4
+
+
+def subject_theta(theta, random, eta):
+    """The subject's parameters: ``theta`` with ``theta[random] * exp(eta)``."""
+    out = np.array(theta, dtype=np.float64)
+    out[random] = out[random] * np.exp(eta)
+    return out
+
+
+class Subject:
+    """One validated experiment of a population fit.
+
+    Parameters
+    ----------
+    model : ODEModel
+    experiment : sklode._validation.Experiment
+        Known initial state (doses and conditions allowed).
+    observed : tuple of int
+        The observables ``Y``'s columns hold.
+    random : ndarray of int
+        Indices of the random parameters.
+    options : dict
+        ``integrator``, ``rtol``, ``atol`` of the forward solves.
+    """
+
+    def __init__(self, model, experiment, observed, random, options):
+        self.model, self.experiment, self.options = model, experiment, options
+        self.random = np.asarray(random, dtype=int)
+        self.columns = np.asarray(observed, dtype=int)
+        mapping = condition_map(experiment.conditions, model)
+        p = model.n_params
+        self.A, self.c = mapping if mapping is not None else (np.eye(p), np.zeros(p))
+        self.rows, self.cols = np.nonzero(experiment.mask)  # observed entries, row-major
+        self.y = experiment.Y[self.rows, self.cols]
+        self.n_values = self.y.size
+        self.plain = not (model.has_observation_model or model.has_noise_model)
+        self._t = torch.from_numpy(np.asarray(experiment.t, dtype=np.float64).copy())
+
+    # ------------------------------------------------------------------ predictions
+    def predict(self, theta, derivatives=False):
+        """Observables (and their noise levels) at the observed entries.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            The subject's parameters before its conditions.
+        derivatives : bool, default=False
+            Also return the derivatives in ``theta``.
+
+        Returns
+        -------
+        h : ndarray of shape (n_values,)
+        log_s : ndarray of shape (n_values,) or None
+            ``log`` of the model's ``noise_sd`` (None without one).
+        dh : ndarray of shape (n_values, n_params) or None
+        dlog_s : ndarray of shape (n_values, n_params) or None
+        """
+        e = self.experiment
+        th = self.A @ theta + self.c
+        traj = forward_trajectory(self.model, th, e.x0, e.t0, e.t, doses=e.doses or None,
+                                  **self.options)
+        X = traj.states
+        S = None
+        if derivatives:
+            S = sensitivities(self.model, th, traj, with_x0=False) @ self.A  # (n_t, n, p)
+        if self.plain:
+            h = X[self.rows, self.columns[self.cols]]
+            dh = None if S is None else S[self.rows, self.columns[self.cols], :]
+            return h, None, dh, None
+        return self._observation(X, th, S)
+
+    def _observation(self, X, th, S):
+        """``h`` and ``log s`` through the model's ``observe`` and ``noise_sd`` (torch), with
+        their derivatives by the chain rule through the states."""
+        model, cols = self.model, torch.from_numpy(self.columns)
+
+        def rows(x, theta):
+            everything = model.observe(self._t, x, theta) if model.has_observation_model else x
+            h = everything[:, cols]
+            if not model.has_noise_model:
+                return h, torch.zeros_like(h)
+            return h, torch.log(model.noise_sd(self._t, everything, theta)[:, cols])
+
+        Xt, tht = torch.from_numpy(X), torch.from_numpy(th)
+        with torch.no_grad():
+            h, log_s = (v.numpy()[self.rows, self.cols] for v in rows(Xt, tht))
+        if not np.all(np.isfinite(log_s)):
+            raise IntegrationError("The model's noise_sd is not positive at these parameters.")
+        if S is None:
+            return h, (log_s if model.has_noise_model else None), None, None
+        # each time's rows depend on its own state only: a jacobian in the whole X holds
+        # every time's block; dense is fine at the sizes of one subject
+        (hx, hth), (sx, sth) = torch.func.jacrev(rows, argnums=(0, 1))(Xt, tht)
+        n_t = X.shape[0]
+        r, c = self.rows, self.cols
+        hx = hx.numpy()[r, c, r]      # (m, n): d h_(r,c) / d x_r
+        sx = sx.numpy()[r, c, r]
+        dh = np.einsum("mn,mnp->mp", hx, S[r]) + hth.numpy()[r, c] @ self.A
+        dls = np.einsum("mn,mnp->mp", sx, S[r]) + sth.numpy()[r, c] @ self.A
+        del n_t
+        if not model.has_noise_model:
+            return h, None, dh, None
+        return h, log_s, dh, dls
+
+    # ------------------------------------------------------------------ one eta
+    def terms(self, theta, eta, log_sigma, derivatives=True):
+        """``g(eta)`` without its constants, its gradient and expected information in eta.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            Population parameters.
+        eta : ndarray of shape (n_random,)
+        log_sigma : ndarray of shape (n_columns,) or None
+            Log of the additive noise levels (None: the model's ``noise_sd``).
+        derivatives : bool, default=True
+
+        Returns
+        -------
+        value : float
+            ``sum [e^2 / (2 s^2) + log s]`` (the data part of ``g``).
+        grad : ndarray of shape (n_random,) or None
+        info : ndarray of shape (n_random, n_random) or None
+        parts : tuple
+            ``(h, log_s, dh, dlog_s)`` at the subject's parameters (derivatives in theta).
+        """
+        th = subject_theta(theta, self.random, eta)
+        h, log_s, dh, dls = self.predict(th, derivatives)
+        if log_s is None:
+            log_s = log_sigma[self.cols]
+        e = self.y - h
+        w = np.exp(-2.0 * log_s)
+        value = float(np.sum(0.5 * e * e * w + log_s))
+        if not derivatives:
+            return value, None, None, (h, log_s, None, None)
+        scale = th[self.random]  # d theta_random / d eta
+        dh_eta = dh[:, self.random] * scale
+        grad = -(e * w) @ dh_eta
+        info = (dh_eta * w[:, None]).T @ dh_eta
+        if dls is not None:
+            dls_eta = dls[:, self.random] * scale
+            grad = grad + (1.0 - e * e * w) @ dls_eta
+            info = info + 2.0 * dls_eta.T @ dls_eta
+        return value, grad, info, (h, log_s, dh, dls)
+
+    def mode(self, theta, omega_inv, log_sigma, eta0):
+        """The conditional mode of eta (empirical Bayes estimate) by Fisher scoring.
+
+        Returns
+        -------
+        eta : ndarray of shape (n_random,)
+        value : float
+            ``g(eta)`` without constants (data part plus ``eta' Omega^-1 eta / 2``).
+        info : ndarray of shape (n_random, n_random)
+            Expected information of ``g`` at the mode (``Omega^-1`` included).
+        parts : tuple
+            As :meth:`terms`.
+        """
+        eta = np.array(eta0, dtype=np.float64)
+        data, grad, info, parts = self.terms(theta, eta, log_sigma)
+        value = data + 0.5 * eta @ omega_inv @ eta
+        for _ in range(_MAX_SCORING):
+            H = info + omega_inv
+            g = grad + omega_inv @ eta
+            step = -np.linalg.solve(H, g)
+            decrement = float(-g @ step)
+            if decrement < _DECREMENT_TOL * max(1.0, abs(value)):
+                break
+            t = 1.0
+            while t > 1e-3:  # a scoring step that does not decrease g after 10 halvings is
+                # the solves' noise: the mode is found to their precision
+                trial = eta + t * step
+                try:
+                    new = self.terms(theta, trial, log_sigma, derivatives=False)[0]
+                except IntegrationError:
+                    new = np.inf
+                new += 0.5 * trial @ omega_inv @ trial
+                # Armijo on the scoring direction (H is positive definite)
+                if new <= value - 1e-4 * t * decrement:
+                    break
+                t *= 0.5
+            else:
+                break  # no decrease along the scoring direction: at the mode to precision
+            eta = trial
+            data, grad, info, parts = self.terms(theta, eta, log_sigma)
+            value = data + 0.5 * eta @ omega_inv @ eta
+        return eta, value, info + omega_inv, parts
+
+    def exact_hessian(self, theta, omega_inv, log_sigma, eta):
+        """The Hessian of ``g`` in eta at ``eta`` by central differences of its gradient
+        (for Laplace's approximation)."""
+        q = eta.size
+        H = np.empty((q, q))
+        for k in range(q):
+            step = np.zeros(q)
+            step[k] = _HESSIAN_STEP
+            plus = self.terms(theta, eta + step, log_sigma)[1]
+            minus = self.terms(theta, eta - step, log_sigma)[1]
+            H[:, k] = (plus - minus) / (2 * _HESSIAN_STEP)
+        return 0.5 * (H + H.T) + omega_inv
+
+    def neg_log_likelihood(self, theta, omega, log_sigma, eta0, method="foce"):
+        """This subject's marginal ``-log L`` (FOCE-I or Laplace) and its mode.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+        omega : ndarray of shape (n_random, n_random)
+        log_sigma : ndarray or None
+        eta0 : ndarray of shape (n_random,)
+            Start of the mode search.
+        method : {"foce", "laplace"}
+
+        Returns
+        -------
+        nll : float
+        eta : ndarray of shape (n_random,)
+        """
+        omega_inv = np.linalg.inv(omega)
+        eta, value, H, _ = self.mode(theta, omega_inv, log_sigma, eta0)
+        if method == "laplace":
+            H = self.exact_hessian(theta, omega_inv, log_sigma, eta)
+        sign_h, logdet_h = np.linalg.slogdet(H)
+        if sign_h <= 0:
+            raise IntegrationError("The random effects' Hessian is not positive definite.")
+        logdet_omega = np.linalg.slogdet(omega)[1]
+        nll = value + 0.5 * (self.n_values * _LOG_2PI + logdet_omega + logdet_h)
+        return float(nll), eta
