@@ -29,7 +29,8 @@ from sklearn.utils.validation import check_is_fitted
 from .exceptions import SklodeError
 from .integrate import simulate
 
-__all__ = ["plot_comparison", "plot_fit", "plot_loss", "plot_parameters", "plot_states"]
+__all__ = ["plot_comparison", "plot_fit", "plot_individual_fits", "plot_loss", "plot_parameters",
+           "plot_random_effects", "plot_states", "plot_vpc"]
 
 
 def _pyplot():
@@ -284,3 +285,164 @@ def plot_comparison(records, *, title=None, ax=None):
                 f"of {len(rows)})"
     axes[0].figure.suptitle(title)
     return axes
+
+
+# ---------------------------------------------------------------------- populations
+def _subject_grid(experiment, n_points):
+    t = np.asarray(experiment.t, dtype=np.float64).reshape(-1)
+    t0 = experiment.t0 if experiment.t0 is not None else t.min()
+    return np.linspace(min(t0, t.min()), t.max(), n_points)
+
+
+def plot_individual_fits(est, subjects, *, observable=0, ax=None, n_points=200, ncols=4):
+    """Each subject's data with its individual (empirical-Bayes) and population predictions.
+
+    Parameters
+    ----------
+    est : fitted MixedEffectsODE
+    subjects : list of Experiment
+    observable : int, default=0
+        Which of the data's columns to draw.
+    ax : sequence of matplotlib Axes, optional
+        One per subject; default: a new grid of ``ncols`` columns.
+    n_points : int, default=200
+    ncols : int, default=4
+
+    Returns
+    -------
+    list of Axes
+    """
+    check_is_fitted(est, "theta_")
+    subjects = list(subjects)
+    if ax is None:
+        plt = _pyplot()
+        nrows = -(-len(subjects) // ncols)
+        _, grid = plt.subplots(nrows, min(ncols, len(subjects)), squeeze=False,
+                               sharex=True, sharey=True, layout="constrained",
+                               figsize=(2.6 * min(ncols, len(subjects)), 2.2 * nrows))
+        axes = list(grid.ravel())
+        for extra in axes[len(subjects):]:
+            extra.set_visible(False)
+        axes = axes[: len(subjects)]
+    else:
+        axes = _axes(ax, len(subjects))
+    for k, (axis, subject) in enumerate(zip(axes, subjects)):
+        grid_t = _subject_grid(subject, n_points)
+        population = est.predict(subject, level="population", t=grid_t)[:, observable]
+        individual = est.predict(subject, t=grid_t)[:, observable]
+        Y = np.asarray(subject.Y, dtype=np.float64).reshape(len(subject.t), -1)
+        axis.plot(grid_t, population, "--", color="0.5", lw=1.2, label="population")
+        axis.plot(grid_t, individual, lw=1.6, label="individual")
+        axis.plot(subject.t, Y[:, observable], "o", ms=3, color="k", label="data")
+        axis.set_title(f"subject {subject.name if subject.name is not None else k}",
+                       fontsize="small")
+    axes[0].legend(fontsize="x-small")
+    return axes
+
+
+def plot_random_effects(est, covariates=None, *, ax=None):
+    """The empirical-Bayes random effects, against a covariate per subject when given (a
+    trend says the covariate explains between-subject variation and belongs in the model).
+
+    Parameters
+    ----------
+    est : fitted MixedEffectsODE
+    covariates : dict of {str: array-like of shape (n_subjects,)}, optional
+        One value per training subject (``subject_names_`` order); default: the random
+        effects' histograms.
+    ax : sequence of matplotlib Axes, optional
+        One per random effect and covariate.
+
+    Returns
+    -------
+    list of Axes
+    """
+    check_is_fitted(est, "theta_")
+    etas = est.random_effects_
+    names = est.random_names_
+    covariates = dict(covariates or {})
+    pairs = [(j, c) for c in (covariates or [None]) for j in range(len(names))]
+    axes = _axes(ax, len(pairs), width=3.2, height=2.8)
+    for axis, (j, c) in zip(axes, pairs):
+        if c is None:
+            axis.hist(etas[:, j], bins=max(5, len(etas) // 4), color="C0", alpha=0.8)
+            axis.set_xlabel(f"eta({names[j]})")
+            axis.set_ylabel("subjects")
+            continue
+        values = np.asarray(covariates[c], dtype=np.float64).reshape(-1)
+        if values.size != len(etas):
+            raise ValueError(f"covariate {c!r} has {values.size} values for {len(etas)} "
+                             "subjects.")
+        axis.axhline(0.0, color="0.6", lw=0.8)
+        axis.plot(values, etas[:, j], "o", ms=4)
+        axis.set_xlabel(c)
+        axis.set_ylabel(f"eta({names[j]})")
+    return axes
+
+
+def plot_vpc(est, subjects, *, observable=0, n_replicates=200, level=0.9, bins=None,
+             ax=None, random_state=None):
+    """Visual predictive check: the observed median and outer quantiles per time bin against
+    the same statistics of data simulated from the fitted population (their ``level``
+    bands over ``n_replicates`` replicate studies).
+
+    Parameters
+    ----------
+    est : fitted MixedEffectsODE
+    subjects : list of Experiment
+        The observed study (its design is simulated again).
+    observable : int, default=0
+    n_replicates : int, default=200
+    level : float, default=0.9
+        The outer quantiles drawn are ``(1 - level) / 2`` and ``(1 + level) / 2``.
+    bins : array-like, optional
+        Time-bin edges (default: the distinct observation times when there are at most 12,
+        else 8 quantile bins).
+    ax : matplotlib Axes, optional
+    random_state : int, RandomState or None
+
+    Returns
+    -------
+    Axes
+    """
+    check_is_fitted(est, "theta_")
+    subjects = list(subjects)
+    lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
+    times = np.concatenate([np.asarray(s.t, dtype=np.float64).reshape(-1) for s in subjects])
+    observed = np.concatenate([np.asarray(s.Y, dtype=np.float64).reshape(len(s.t), -1)
+                               [:, observable] for s in subjects])
+    simulated = np.concatenate([r[:, :, observable] for r in est.simulate(
+        subjects, n_replicates=n_replicates, random_state=random_state)], axis=1)
+    if bins is None:
+        distinct = np.unique(times)
+        if distinct.size <= 12:
+            mid = (distinct[1:] + distinct[:-1]) / 2
+            bins = np.concatenate([[distinct[0] - 1], mid, [distinct[-1] + 1]])
+        else:
+            bins = np.unique(np.quantile(times, np.linspace(0, 1, 9)))
+            bins[-1] += 1e-9
+    which = np.clip(np.digitize(times, bins) - 1, 0, len(bins) - 2)
+    centres, obs_stats, sim_bands = [], [], []
+    for k in range(len(bins) - 1):
+        here = which == k
+        if not here.any():
+            continue
+        values = observed[here]
+        values = values[np.isfinite(values)]
+        centres.append(np.median(times[here]))
+        obs_stats.append(np.quantile(values, [lo_q, 0.5, hi_q]) if values.size
+                         else [np.nan] * 3)
+        per_replicate = np.quantile(simulated[:, here], [lo_q, 0.5, hi_q], axis=1)  # (3, R)
+        sim_bands.append(np.quantile(per_replicate, [lo_q, hi_q], axis=1))  # (2, 3)
+    centres, obs_stats, sim_bands = map(np.asarray, (centres, obs_stats, sim_bands))
+    (axis,) = _axes(ax, 1, width=5.5, height=3.6)
+    for j, (colour, label) in enumerate((("C0", f"{lo_q:.0%}"), ("C3", "median"),
+                                         ("C0", f"{hi_q:.0%}"))):
+        axis.fill_between(centres, sim_bands[:, 0, j], sim_bands[:, 1, j], color=colour,
+                          alpha=0.2, label=f"simulated {label} ({level:.0%} band)")
+        axis.plot(centres, obs_stats[:, j], "-o", color=colour, ms=3, lw=1.2,
+                  label=f"observed {label}")
+    axis.plot(times, observed, ".", color="0.4", ms=2)
+    axis.set_xlabel("t")
+    axis.legend(fontsize="x-small", ncol=2)
+    return axis

@@ -431,16 +431,19 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         _, _, _, subjects = self._fitted_subjects(X)
         return np.array(self._modes(subjects))
 
-    def predict(self, X, level="individual"):
-        """Each subject's observables at its times.
+    def predict(self, X, level="individual", t=None):
+        """Each subject's observables at its times (or at ``t``).
 
         Parameters
         ----------
         X : Experiment or list of Experiment
         level : {"individual", "population"}, default="individual"
             ``"individual"``: with each subject's empirical-Bayes random effects given its
-            own data (new subjects too; all-missing data give ``eta = 0``);
-            ``"population"``: the population values (``eta = 0``).
+            own data (new subjects too); ``"population"``: the population values
+            (``eta = 0``).
+        t : array-like of shape (n_times,), optional
+            Predict at these times instead of the observation times (a smooth curve), for
+            every subject.
 
         Returns
         -------
@@ -453,7 +456,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
                 else [np.zeros(len(self.random_names_))] * len(subjects))
         out = []
         for subject, eta, e in zip(subjects, etas, data.experiments):
-            out.append(self._observables(model, subject, eta, e.t))
+            times = e.t if t is None else np.sort(np.asarray(t, dtype=float).reshape(-1))
+            out.append(self._observables(model, subject, eta, times))
         return out[0] if single else out
 
     def _observables(self, model, subject, eta, times):

@@ -251,7 +251,6 @@ def _pnls(subjects, layout, b, etas, omega, log_sigma):
 def _lme_nll(subjects, layout, w_omega, log_sigma, lin_data, return_b=False):
     """``-log L`` of the linearised mixed model with ``b`` profiled out by generalised least
     squares (``lin_data``: each subject's ``(w, X, Z, columns)``)."""
-    q = layout.q
     omega = layout.unpack(np.concatenate([np.zeros(layout.n_b), w_omega,
                                           log_sigma]))[1]
     XtVX = np.zeros((layout.n_b, layout.n_b))
@@ -270,7 +269,6 @@ def _lme_nll(subjects, layout, w_omega, log_sigma, lin_data, return_b=False):
         XtVX += LX.T @ LX
         XtVw += LX.T @ Lw
         factors.append((LX, Lw))
-    del q
     b = np.linalg.solve(XtVX, XtVw)
     quad = sum(float(np.sum((Lw - LX @ b) ** 2)) for LX, Lw in factors)
     n = sum(w.size for w, *_ in lin_data)

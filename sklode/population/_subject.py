@@ -133,13 +133,11 @@ class Subject:
         # each time's rows depend on its own state only: a jacobian in the whole X holds
         # every time's block; dense is fine at the sizes of one subject
         (hx, hth), (sx, sth) = torch.func.jacrev(rows, argnums=(0, 1))(Xt, tht)
-        n_t = X.shape[0]
         r, c = self.rows, self.cols
         hx = hx.numpy()[r, c, r]      # (m, n): d h_(r,c) / d x_r
         sx = sx.numpy()[r, c, r]
         dh = np.einsum("mn,mnp->mp", hx, S[r]) + hth.numpy()[r, c] @ self.A
         dls = np.einsum("mn,mnp->mp", sx, S[r]) + sth.numpy()[r, c] @ self.A
-        del n_t
         if not model.has_noise_model:
             return h, None, dh, None
         return h, log_s, dh, dls

@@ -1,0 +1,238 @@
+"""MixedEffectsODE: population fits against R's nlme, recovery of a known population, the
+likelihood's identities, scikit-learn behaviour and bad input."""
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GroupKFold, cross_val_score
+
+from sklode import Experiment, MixedEffectsODE
+from sklode.datasets import load_indomethacin, make_population
+from sklode.models import OralAbsorption, TwoCompartmentIV
+from sklode.population._solver import linearised_data, lme_nll_full, marginal_nll
+from sklode.population._subject import Subject
+
+# nlme 3.1.162 (R 4.2.2) on the same table and model: nlme(conc ~ closed-form two-compartment
+# IV concentration of (lk10, lk12, lk21, lV), random = pdDiag(lk10 + lV ~ 1)); its ML fit.
+# benchmarks/population.py reruns nlme beside sklode and writes results/population.md.
+NLME_INDOMETHACIN = {"theta": [1.2017021, 0.9112341, 0.8016079, 0.2931763],
+                     "sd": [0.18629903, 0.17101456], "sigma": 0.08269691,
+                     "loglik": 55.43782}
+
+
+@pytest.fixture(scope="module")
+def indomethacin_fit():
+    subjects = load_indomethacin().experiments
+    pop = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10", "V"), x0=[0, 0],
+                          t0=0.0).fit(subjects)
+    return pop, subjects
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    data = make_population(16, random_state=3)
+    pop = MixedEffectsODE(data.model, random=data.random,
+                          observed=["concentration"]).fit(data.experiments)
+    return pop, data
+
+
+def test_indomethacin_equals_nlme(indomethacin_fit):
+    pop, _ = indomethacin_fit
+    # same objective and the same algorithm as nlme: agreement is limited only by the two
+    # tools' convergence tolerances (measured 1.2e-6 relative); 1e-5 leaves room for
+    # platform round-off
+    np.testing.assert_allclose(pop.theta_, NLME_INDOMETHACIN["theta"], rtol=1e-5)
+    np.testing.assert_allclose(pop.random_sd_, NLME_INDOMETHACIN["sd"], rtol=1e-5)
+    np.testing.assert_allclose(pop.sigma_, [NLME_INDOMETHACIN["sigma"]], rtol=1e-5)
+    # nlme prints log L to 7 significant digits
+    assert -pop.neg_log_likelihood_ == pytest.approx(NLME_INDOMETHACIN["loglik"], abs=1e-5)
+    assert pop.converged_ and pop.random_effects_.shape == (6, 2)
+    # AIC with 7 parameters (4 fixed effects, 2 sds, sigma) as nlme counts them
+    assert pop.n_parameters_ == 7
+    assert pop.aic_ == pytest.approx(2 * pop.neg_log_likelihood_ + 14)
+
+
+def test_foce_value_is_the_linearised_models_likelihood(indomethacin_fit):
+    # At the fit, each subject's conditional mode makes the FOCE-I Laplace expression equal
+    # to the linearised mixed model's likelihood (Woodbury and the determinant lemma): two
+    # different computations, equal to the solves' precision
+    pop, subjects = indomethacin_fit
+    layout = pop._layout_
+    data = [Subject(TwoCompartmentIV(error=None), e, (0,), layout.random,
+                    {"integrator": "LSODA", "rtol": 1e-10, "atol": 1e-12})
+            for e in pop._data(subjects, None)[1].experiments]
+    phi = layout.pack(pop.theta_, pop.omega_, np.log(pop.sigma_))
+    nll, etas = marginal_nll(data, layout, phi, pop.random_effects_)
+    lin = linearised_data(data, layout, phi[: layout.n_b], etas, np.log(pop.sigma_))
+    assert nll == pytest.approx(lme_nll_full(layout, phi, lin), abs=1e-7)
+    # and the modes are those the fit reports (solved at rtol 1e-8 there)
+    np.testing.assert_allclose(etas, pop.random_effects_, atol=1e-5)
+
+
+def test_recovers_a_known_population(simulated):
+    pop, data = simulated
+    z = (pop.theta_ - data.theta) / pop.theta_stderr_
+    # 16 subjects: each fixed effect within 3 standard errors of the truth (a 0.3 % chance
+    # per parameter of failing for a calibrated estimator)
+    assert np.all(np.abs(z) < 3), z
+    # the between-subject sds (0.4, 0.25) from 16 subjects: within 3 of their standard errors
+    assert np.all(np.abs(pop.random_sd_ - data.omega_sd) < 3 * pop.random_sd_stderr_)
+    assert pop.sigma_[0] == pytest.approx(data.sigma, rel=0.2)  # 128 residuals: ~6 % sd
+    # the empirical-Bayes etas track the true ones (shrunk towards 0)
+    for j in range(2):
+        assert np.corrcoef(pop.random_effects_[:, j], data.etas[:, j])[0, 1] > 0.8
+
+
+def test_intervals_and_predictions(simulated):
+    pop, data = simulated
+    ci = pop.confidence_intervals(0.95)
+    assert np.all(ci[:, 0] < pop.theta_) and np.all(pop.theta_ < ci[:, 1])
+    # log-scale intervals: geometric symmetry around the estimate
+    np.testing.assert_allclose(ci[:, 0] * ci[:, 1], pop.theta_ ** 2, rtol=1e-10)
+    individual = pop.predict(data.experiments)
+    population = pop.predict(data.experiments, level="population")
+    Y = np.vstack([e.Y for e in data.experiments])
+    rmse_ind = np.sqrt(np.mean((np.vstack(individual) - Y) ** 2))
+    rmse_pop = np.sqrt(np.mean((np.vstack(population) - Y) ** 2))
+    # individual predictions carry each subject's eta: close to the noise (0.1), far below
+    # the population prediction's miss
+    assert rmse_ind < 1.3 * data.sigma < rmse_pop
+    # a single Experiment gives one array; its etas are those of the fit
+    one = pop.predict(data.experiments[2])
+    np.testing.assert_allclose(one, individual[2], rtol=1e-6)
+    np.testing.assert_allclose(pop.random_effects(data.experiments[:3]),
+                               pop.random_effects_[:3], atol=1e-6)
+
+
+def test_simulate_has_the_fitted_spread(simulated):
+    pop, data = simulated
+    reps = pop.simulate(data.experiments[:1], n_replicates=400, random_state=0)[0]
+    assert reps.shape == (400, 8, 1)
+    # at 24 h the spread of log concentration is ~sd(ke) * 24 * ke ~ 0.6: far wider than the
+    # residual noise relative to the level, and seeded
+    again = pop.simulate(data.experiments[:1], n_replicates=400, random_state=0)[0]
+    np.testing.assert_array_equal(reps, again)
+    late = reps[:, -1, 0]
+    assert np.std(late) > 3 * pop.sigma_[0]
+
+
+def test_full_covariance_is_positive_definite_and_close():
+    data = make_population(16, random_state=3)
+    pop = MixedEffectsODE(data.model, random=data.random, covariance="full",
+                          observed=["concentration"]).fit(data.experiments)
+    assert np.all(np.linalg.eigvalsh(pop.omega_) > 0)
+    # the truth is uncorrelated: the estimated correlation within 3 standard errors of 0 for
+    # 16 subjects (~1/sqrt(16) = 0.25 each)
+    corr = pop.omega_[0, 1] / np.sqrt(pop.omega_[0, 0] * pop.omega_[1, 1])
+    assert abs(corr) < 0.75
+    assert pop.n_parameters_ == 3 + 3 + 1
+    assert len(pop.parameter_labels_) == pop.cov_.shape[0] == 7
+
+
+def test_cross_validation_over_subjects():
+    # GroupKFold over subjects scores held-out subjects by their marginal log-likelihood per
+    # observation: the true random structure (ka and ke vary) must beat one that leaves ke
+    # shared, the question GridSearchCV(param_grid={"random": ...}) asks
+    data = make_population(10, random_state=5)
+    scores = {}
+    for random in (("ka",), ("ka", "ke")):
+        pop = MixedEffectsODE(data.model, random=random, observed=["concentration"])
+        scores[random] = cross_val_score(pop, data.experiments, groups=np.arange(10),
+                                         cv=GroupKFold(2))
+    assert all(np.all(np.isfinite(v)) for v in scores.values())
+    assert scores[("ka", "ke")].mean() > scores[("ka",)].mean()
+
+
+def test_clone_and_params():
+    pop = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10",), method="laplace")
+    other = clone(pop)
+    assert other.get_params()["random"] == ("k10",) and other.method == "laplace"
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"random": ("k99",)}, "not parameters of the model"),
+    ({"random": ()}, "leaves nothing varying"),
+    ({"random": ("k10",), "fixed": {"k10": 1.0}}, "both random and fixed"),
+    ({"random": ("k10",), "method": "laplace", "optimizer": "lindstrom-bates"},
+     "optimizer='lindstrom-bates' needs"),
+])
+def test_bad_settings_raise(settings, message):
+    subjects = load_indomethacin().experiments[:2]
+    with pytest.raises(ValueError, match=message):
+        MixedEffectsODE(TwoCompartmentIV(error=None), x0=[0, 0], t0=0.0,
+                        **settings).fit(subjects)
+
+
+def test_one_subject_is_refused_and_a_failed_fit_keeps_the_previous(indomethacin_fit):
+    _, subjects = indomethacin_fit
+    pop = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10",), x0=[0, 0], t0=0.0,
+                          max_iter=5)
+    pop.fit(subjects)
+    before = pop.theta_.copy()
+    with pytest.raises(ValueError, match="at least two subjects"):
+        pop.fit(subjects[:1])
+    np.testing.assert_array_equal(pop.theta_, before)
+    with pytest.raises(ValueError, match="level must be"):
+        pop.predict(subjects, level="subject")
+
+
+def test_inputs_are_not_mutated():
+    data = make_population(4, random_state=1)
+    copies = [(e.t.copy(), e.Y.copy(), list(e.doses)) for e in data.experiments]
+    MixedEffectsODE(data.model, random=("ka",), observed=["concentration"],
+                    max_iter=10).fit(data.experiments)
+    for e, (t, Y, doses) in zip(data.experiments, copies):
+        np.testing.assert_array_equal(e.t, t)
+        np.testing.assert_array_equal(e.Y, Y)
+        assert e.doses == doses
+
+
+@pytest.mark.slow
+def test_direct_foce_and_model_noise_agree_with_estimator_noise():
+    # The same additive error written in the model (noise_sd: sigma_add a fixed effect, the
+    # direct path) or left to the estimator (sigma_, Lindstrom-Bates then the direct path):
+    # the same FOCE-I optimum
+    subjects = load_indomethacin().experiments
+    own = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10",), x0=[0, 0], t0=0.0,
+                          optimizer="direct").fit(subjects)
+    model = MixedEffectsODE(TwoCompartmentIV(error="additive"), random=("k10",), x0=[0, 0],
+                            t0=0.0, theta0=(1.0, 0.9, 0.8, 0.3, 0.1)).fit(subjects)
+    # both minimise the same function to L-BFGS-B's tolerance on central differences
+    assert model.neg_log_likelihood_ == pytest.approx(own.neg_log_likelihood_, abs=1e-3)
+    np.testing.assert_allclose(model.theta_[:4], own.theta_, rtol=1e-2)
+    assert model.theta_[4] == pytest.approx(own.sigma_[0], rel=1e-2)
+
+
+def test_experiment_conditions_carry_covariates():
+    # Two dose groups whose kv differs (a formulation): group B's subjects carry
+    # conditions={"kv": 0.1}, known; kv is then estimated from group A alone (truth 0.05).
+    # Ignoring the conditions would pool 0.05 and 0.1.
+    group_a = make_population(8, random_state=2).experiments
+    group_b = make_population(8, theta=(1.0, 0.1, 0.1), random_state=4).experiments
+    subjects = list(group_a) + [
+        Experiment(e.t, e.Y, x0=[0.0, 0.0], t0=0.0, doses=e.doses, conditions={"kv": 0.1},
+                   name=f"B{k}") for k, e in enumerate(group_b)]
+    pop = MixedEffectsODE(OralAbsorption(), random=("ka", "ke"),
+                          observed=["concentration"]).fit(subjects)
+    # within 3 standard errors of group A's value
+    assert abs(pop.theta_[2] - 0.05) < 3 * pop.theta_stderr_[2]
+    # and ka, ke (shared by both groups) recovered from all 16
+    assert np.all(np.abs(pop.theta_[:2] - [1.0, 0.1]) < 3 * pop.theta_stderr_[:2])
+
+
+def test_population_plots(simulated):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from sklode.plotting import plot_individual_fits, plot_random_effects, plot_vpc
+
+    pop, data = simulated
+    axes = plot_individual_fits(pop, data.experiments[:6], ncols=3)
+    # one panel per subject: data, the individual curve and the population curve
+    assert len(axes) == 6 and all(len(a.lines) == 3 for a in axes)
+    axes = plot_random_effects(pop, {"dose index": np.arange(16)})
+    assert [a.get_ylabel() for a in axes] == ["eta(ka)", "eta(ke)"]
+    with pytest.raises(ValueError, match="has 3 values for 16 subjects"):
+        plot_random_effects(pop, {"weight": [1, 2, 3]})
+    ax = plot_vpc(pop, data.experiments, n_replicates=30, random_state=0)
+    # eight sampling times: eight bins, three observed quantile lines
+    assert len(ax.lines[0].get_xdata()) == 8
