@@ -29,8 +29,8 @@ pop = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10", "V"), x0=[0.0
                       t0=0.0).fit(subjects)
 for name, value, se in zip(pop.model.param_names, pop.theta_, pop.theta_stderr_):
     print(f"{name:>4} = {value:.4f} (se {se:.4f})")
-print("between-subject sd (log scale):", dict(zip(pop.random_names_,
-                                                  np.round(pop.random_sd_, 3))))
+print("between-subject sd (log scale):",
+      {name: round(float(sd), 3) for name, sd in zip(pop.random_names_, pop.random_sd_)})
 print(f"residual sd {pop.sigma_[0]:.4f}; log L {-pop.neg_log_likelihood_:.3f}; "
       f"AIC {pop.aic_:.2f}")
 
