@@ -16,7 +16,6 @@ predictive check.
 """
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 from sklode import MixedEffectsODE
 from sklode.datasets import load_indomethacin

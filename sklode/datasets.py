@@ -49,8 +49,8 @@ from .models import (
 )
 
 __all__ = ["Problem", "Trajectory", "get_problem", "list_problems", "load_boarding_school_flu",
-           "load_hare_lynx", "load_indomethacin", "make_population", "make_trajectory",
-           "NOISE_KINDS"]
+           "load_hare_lynx", "load_indomethacin", "load_loblolly", "make_population",
+           "make_trajectory", "NOISE_KINDS"]
 
 
 # Clean trajectories are computed to this accuracy (the WENDy anchor re-simulated its data at
@@ -479,6 +479,52 @@ def load_indomethacin(*, as_frame=False, dose=1.0):
     return Bunch(experiments=experiments, table=table, frame=frame, source=source)
 
 
+def load_loblolly(*, as_frame=False):
+    """Heights of 14 loblolly pines at ages 3 to 25 years: a growth study, one experiment per
+    tree.
+
+    Kung (1986), as distributed in R's ``datasets`` (``Loblolly``); six heights (ft) per tree
+    at the same ages, so a model's shape can be judged on all trees together
+    (:class:`~sklode.exceptions.PoorFitWarning` when residuals miss every tree the same way
+    at the same ages), though each tree alone is too short for a noise estimate.
+
+    Parameters
+    ----------
+    as_frame : bool, default=False
+        Also return the long table as a pandas DataFrame (``frame``; needs pandas).
+
+    Returns
+    -------
+    Bunch
+        ``experiments`` (14 :class:`~sklode.Experiment`, named by seed source, times in
+        years, one column ``height``), ``table`` (a dict of the columns ``seed``, ``age``,
+        ``height``), ``frame`` and ``source``.
+
+    Examples
+    --------
+    >>> from sklode.datasets import load_loblolly
+    >>> data = load_loblolly()
+    >>> len(data.experiments), data.experiments[0].t.tolist()
+    (14, [3.0, 5.0, 10.0, 15.0, 20.0, 25.0])
+    """
+    from sklearn.utils import Bunch
+
+    from .experiment import experiments_from_table
+
+    source, header, rows = _read_csv("loblolly.csv")
+    table = {"seed": np.array([int(r[0]) for r in rows]),
+             "age": np.array([float(r[1]) for r in rows]),
+             "height": np.array([float(r[2]) for r in rows])}
+    experiments = experiments_from_table(table, time="age", experiment="seed",
+                                         values=["height"])
+    frame = None
+    if as_frame:
+        import pandas as pd
+
+        frame = pd.DataFrame(table)
+    return Bunch(experiments=experiments, table=table, frame=frame, source=source)
+
+
 def make_population(n_subjects=50, *, theta=(1.0, 0.1, 0.05), random=("ka", "ke"),
                     omega_sd=(0.4, 0.25), sigma=0.1, times=(0.5, 1, 2, 4, 6, 8, 12, 24),
                     dose=100.0, random_state=None):
@@ -493,15 +539,21 @@ def make_population(n_subjects=50, *, theta=(1.0, 0.1, 0.05), random=("ka", "ke"
     Parameters
     ----------
     n_subjects : int, default=50
+        Number of subjects.
     theta : sequence of 3 floats, default=(1.0, 0.1, 0.05)
         Population ``(ka, ke, kv)``.
     random : sequence of str, default=("ka", "ke")
+        The parameters that vary between subjects.
     omega_sd : sequence of float, default=(0.4, 0.25)
         Between-subject standard deviations (log scale), one per random parameter.
     sigma : float, default=0.1
-    times : sequence of float
+        Standard deviation of the additive measurement noise.
+    times : sequence of float, default=(0.5, 1, 2, 4, 6, 8, 12, 24)
+        Sampling times (h) after the dose.
     dose : float, default=100.0
+        The oral dose, into the gut at 0 h.
     random_state : int, RandomState or None
+        Seed of the random effects and the noise.
 
     Returns
     -------

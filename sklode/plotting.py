@@ -299,18 +299,23 @@ def plot_individual_fits(est, subjects, *, observable=0, ax=None, n_points=200, 
 
     Parameters
     ----------
-    est : fitted MixedEffectsODE
+    est : MixedEffectsODE
+        A fitted population.
     subjects : list of Experiment
+        The subjects to draw (training or new ones: their own data give their etas).
     observable : int, default=0
         Which of the data's columns to draw.
     ax : sequence of matplotlib Axes, optional
         One per subject; default: a new grid of ``ncols`` columns.
     n_points : int, default=200
+        Times at which the curves are drawn.
     ncols : int, default=4
+        Columns of the new grid.
 
     Returns
     -------
     list of Axes
+        One panel per subject.
     """
     check_is_fitted(est, "theta_")
     subjects = list(subjects)
@@ -346,7 +351,8 @@ def plot_random_effects(est, covariates=None, *, ax=None):
 
     Parameters
     ----------
-    est : fitted MixedEffectsODE
+    est : MixedEffectsODE
+        A fitted population.
     covariates : dict of {str: array-like of shape (n_subjects,)}, optional
         One value per training subject (``subject_names_`` order); default: the random
         effects' histograms.
@@ -356,6 +362,7 @@ def plot_random_effects(est, covariates=None, *, ax=None):
     Returns
     -------
     list of Axes
+        One panel per random effect (and covariate).
     """
     check_is_fitted(est, "theta_")
     etas = est.random_effects_
@@ -388,22 +395,28 @@ def plot_vpc(est, subjects, *, observable=0, n_replicates=200, level=0.9, bins=N
 
     Parameters
     ----------
-    est : fitted MixedEffectsODE
+    est : MixedEffectsODE
+        A fitted population.
     subjects : list of Experiment
         The observed study (its design is simulated again).
     observable : int, default=0
+        Which of the data's columns to check.
     n_replicates : int, default=200
+        Simulated studies.
     level : float, default=0.9
         The outer quantiles drawn are ``(1 - level) / 2`` and ``(1 + level) / 2``.
     bins : array-like, optional
         Time-bin edges (default: the distinct observation times when there are at most 12,
         else 8 quantile bins).
     ax : matplotlib Axes, optional
+        Where to draw; default: a new figure.
     random_state : int, RandomState or None
+        Seed of the simulated studies.
 
     Returns
     -------
     Axes
+        The panel drawn on.
     """
     check_is_fitted(est, "theta_")
     subjects = list(subjects)

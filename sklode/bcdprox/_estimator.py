@@ -470,5 +470,5 @@ class BCDProxODE(ODEEstimator):
                                         split.data).sum())),
             **self._assess_fit(data, theta, x0s, f"Try substeps={2 * self.substeps} (grid "
                                "times between the samples), or AdjointODE started from "
-                               "this theta_."),
+                               "this theta_.", polish_fitted=fitted),
             **self._data_attributes(data))

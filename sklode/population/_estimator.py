@@ -88,9 +88,13 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
     max_iter : int, default=100
         Alternations (Lindstrom-Bates) or L-BFGS-B iterations (direct).
     integrator : str, default="LSODA"
+        Forward solver (:data:`sklode.integrate.INTEGRATORS`).
     rtol : float, default=1e-8
+        Relative tolerance of the forward solves.
     atol : float, default=1e-10
+        Absolute tolerance of the forward solves.
     verbose : int, default=0
+        Print ``-log L`` at each alternation.
 
     Attributes
     ----------
@@ -135,7 +139,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
     >>> pop = MixedEffectsODE(OralAbsorption(), random=("ka", "kv"), x0=[0, 0], t0=0.0,
     ...                       observed=["concentration"]).fit(subjects)
     >>> np.round(pop.theta_, 2)
-    array([0.98, 0.1 , 0.05])
+    array([0.92, 0.1 , 0.05])
     """
 
     _parameter_constraints = {
@@ -284,6 +288,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Returns
         -------
         self : MixedEffectsODE
+            The fitted estimator.
         """
         self._validate_params()
         model, data = self._data(X, y)
@@ -423,10 +428,12 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : Experiment or list of Experiment
+            Subjects with data.
 
         Returns
         -------
         ndarray of shape (n_subjects, n_random)
+            Their conditional modes under the fitted population.
         """
         _, _, _, subjects = self._fitted_subjects(X)
         return np.array(self._modes(subjects))
@@ -437,6 +444,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : Experiment or list of Experiment
+            Subjects (training or new ones).
         level : {"individual", "population"}, default="individual"
             ``"individual"``: with each subject's empirical-Bayes random effects given its
             own data (new subjects too); ``"population"``: the population values
@@ -448,6 +456,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Returns
         -------
         ndarray of shape (n_times, n_observed), or a list of them
+            The observed observables, one array per subject (one array for one
+            Experiment).
         """
         if level not in ("individual", "population"):
             raise ValueError(f"level must be 'individual' or 'population'; got {level!r}.")
@@ -478,11 +488,14 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : Experiment or list of Experiment
+            Subjects with data.
         y : None
+            Unused (the observations are in the experiments).
 
         Returns
         -------
         float
+            ``-neg_log_likelihood / n_observations`` of these subjects.
         """
         _, _, _, subjects = self._fitted_subjects(X, y)
         log_sigma = None if self.sigma_ is None else np.log(self.sigma_)
@@ -500,6 +513,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         level : float, default=0.95
+            Coverage of the intervals.
 
         Returns
         -------
@@ -527,7 +541,9 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         X : Experiment or list of Experiment
             The designs (their observations are not used).
         n_replicates : int, default=100
+            Replicate data sets per subject.
         random_state : int, RandomState or None
+            Seed of the random effects and the noise.
 
         Returns
         -------

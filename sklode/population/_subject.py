@@ -77,6 +77,7 @@ class Subject:
         self.n_values = self.y.size
         self.plain = not (model.has_observation_model or model.has_noise_model)
         self._t = torch.from_numpy(np.asarray(experiment.t, dtype=np.float64).copy())
+        self._last = (None, None)  # (parameters, trajectory) of the last forward solve
 
     # ------------------------------------------------------------------ predictions
     def predict(self, theta, derivatives=False):
@@ -99,8 +100,13 @@ class Subject:
         """
         e = self.experiment
         th = self.A @ theta + self.c
-        traj = forward_trajectory(self.model, th, e.x0, e.t0, e.t, doses=e.doses or None,
-                                  **self.options)
+        key = th.tobytes()
+        if key == self._last[0]:  # an accepted trial point is the next linearisation point
+            traj = self._last[1]
+        else:
+            traj = forward_trajectory(self.model, th, e.x0, e.t0, e.t, doses=e.doses or None,
+                                      **self.options)
+            self._last = (key, traj)
         X = traj.states
         S = None
         if derivatives:

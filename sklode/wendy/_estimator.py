@@ -369,7 +369,7 @@ class WENDyODE(ODEEstimator):
                                     n_fitted=int(fitted.sum()) + n_x0),
             **self._assess_fit(data, theta, x0s, "Try x0_method='shooting_all' if the "
                                "prediction drifts late in the series, or AdjointODE started "
-                               "from this theta_."),
+                               "from this theta_.", polish_fitted=fitted),
             **self._data_attributes(data))
 
     def _given_noise(self, Us):
