@@ -188,7 +188,12 @@ def test_positive_keeps_parameters_non_negative(Estimator, lv):
     assert_allclose(start._initial_theta(), [1, 0.5, 1, 1], rtol=0)
 
 
-@pytest.mark.parametrize("optimizer", sorted(set(OPTIMIZERS) - {"trf", "L-BFGS-B"}))
+# The change of variables is one map shared by every unbounded optimiser; the CG variants
+# crawl to max_iter along it (8 s each), so one of them runs by default and the other three
+# with -m slow.
+@pytest.mark.parametrize("optimizer", [
+    pytest.param(name, marks=pytest.mark.slow) if name in ("CG-DY", "CG-FR", "CG-HS") else name
+    for name in sorted(set(OPTIMIZERS) - {"trf", "L-BFGS-B"})])
 def test_unconstrained_optimizers_honour_bounds_by_a_change_of_variables(optimizer, lv,
                                                                           fitted):
     # c (third parameter) is near 4 unconstrained; an upper bound of 3.5 binds.

@@ -92,9 +92,10 @@ def _os_threads():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts through /proc")
-# 200 fits in loky's worker processes (12 s); 40 in threads, where the GIL serialises
-# them (200 took 50 s).
-@pytest.mark.parametrize("backend, trials", [("loky", 100), ("threading", 20)])
+# 200 fits in loky's worker processes (12-18 s: with -m slow); 40 in threads, where the GIL
+# serialises them (200 took 50 s), and 40 in loky's processes by default.
+@pytest.mark.parametrize("backend, trials", [pytest.param("loky", 100, marks=pytest.mark.slow),
+                                             ("loky", 20), ("threading", 20)])
 def test_two_hundred_fits_in_parallel_return_every_record_and_leak_nothing(backend, trials):
     kwargs = dict(methods=["wendy", "bcdprox"], n_jobs=2, as_frame=False, progress=False)
     with parallel_config(backend=backend):
