@@ -62,8 +62,9 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
     optimizer : {"auto", "lindstrom-bates", "direct"}, default="auto"
         ``"lindstrom-bates"`` alternates a penalised nonlinear least-squares step and a
         linear mixed-model step (nlme's algorithm; additive error and FOCE only; fast);
-        ``"direct"`` minimises the chosen marginal likelihood itself (L-BFGS-B on central
-        differences, each subject's mode warm-started; any error model; 10-30x the CPU).
+        ``"direct"`` minimises the chosen marginal likelihood itself (L-BFGS-B, each
+        subject's mode warm-started; FOCE-I with its gradient from sensitivities, Laplace on
+        central differences; any error model; 20-100x the CPU).
         ``"auto"``: Lindstrom-Bates where it applies, else direct started from it (or from a
         pooled fit).
     covariance : {"diagonal", "full"}, default="diagonal"

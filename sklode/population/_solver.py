@@ -14,8 +14,10 @@ entries of its Cholesky factor for a full one), and ``log sigma`` of the additiv
   Lindstrom and Bates (1990), the algorithm of R's ``nlme``. Additive noise only. No forward
   solve is differenced: the mixed-model step is linear algebra.
 * :func:`direct_fit` minimises the marginal ``-log L`` (each subject's random effects at their
-  conditional mode: :mod:`._subject`) with L-BFGS-B on central differences: any noise model,
-  FOCE-I or Laplace; the slower path.
+  conditional mode: :mod:`._subject`) with L-BFGS-B: any noise model; FOCE-I with its
+  gradient from sensitivities (:meth:`Subject.foce_gradient`; the mode's and the
+  information's motion from second derivatives by differences of the sensitivities),
+  Laplace on central differences of the value; the slower path.
 """
 
 from __future__ import annotations
@@ -114,6 +116,27 @@ class Layout:
         else:
             omega = np.diag(np.exp(2.0 * w))
         return self.theta_of(b), omega, (ls if self.n_sigma else None)
+
+    def omega_derivatives(self, phi):
+        """``d Omega / d omega_k`` for each covariance unknown at ``phi``."""
+        w = phi[self.n_b: self.n_b + self.n_omega]
+        q, out = self.q, []
+        if not self.full:
+            for k in range(q):
+                d = np.zeros((q, q))
+                d[k, k] = 2.0 * np.exp(2.0 * w[k])
+                out.append(d)
+            return out
+        L = np.diag(np.exp(w[:q]))
+        rows, cols = np.tril_indices(q, -1)
+        L[rows, cols] = w[q:]
+        units = [(k, k, np.exp(w[k])) for k in range(q)] + [(i, j, 1.0)
+                                                            for i, j in zip(rows, cols)]
+        for i, j, value in units:
+            dL = np.zeros((q, q))
+            dL[i, j] = value
+            out.append(dL @ L.T + L @ dL.T)
+        return out
 
     def bounds(self):
         """Box of L-BFGS-B: only the log standard deviations are bounded."""
@@ -372,6 +395,32 @@ class _Marginal:
         return nll
 
     def gradient(self, phi):
+        if self.method == "foce":
+            return self.foce_gradient(phi)
+        g = np.empty(phi.size)
+        for k in range(phi.size):
+            step = np.zeros(phi.size)
+            step[k] = _GRADIENT_STEP
+            g[k] = (self.value(phi + step, keep=False)
+                    - self.value(phi - step, keep=False)) / (2 * _GRADIENT_STEP)
+        return g
+
+    def foce_gradient(self, phi):
+        """The FOCE-I gradient from sensitivities (:meth:`Subject.foce_gradient`), at the
+        modes of ``phi`` (searched from the kept ones)."""
+        nll, etas = marginal_nll(self.subjects, self.layout, phi, self.etas, self.method)
+        if not np.isfinite(nll):
+            return np.zeros(phi.size)
+        theta, omega, log_sigma = self.layout.unpack(phi)
+        d_omega = self.layout.omega_derivatives(phi)
+        try:
+            return sum(s.foce_gradient(theta, omega, log_sigma, eta, self.layout, d_omega)
+                       for s, eta in zip(self.subjects, etas))
+        except (IntegrationError, np.linalg.LinAlgError):
+            return self.fd_gradient(phi)
+
+    def fd_gradient(self, phi):
+        """Central differences of the value (each mode warm-started)."""
         g = np.empty(phi.size)
         for k in range(phi.size):
             step = np.zeros(phi.size)
@@ -381,8 +430,17 @@ class _Marginal:
         return g
 
     def hessian(self, phi):
-        """Central second differences of the value (symmetric)."""
+        """Central differences of the FOCE-I gradient, or second differences of the value
+        (Laplace); symmetric."""
         n, h = phi.size, _HESSIAN_STEP
+        if self.method == "foce":
+            H = np.empty((n, n))
+            for i in range(n):
+                step = np.zeros(n)
+                step[i] = h
+                H[:, i] = (self.foce_gradient(phi + step)
+                           - self.foce_gradient(phi - step)) / (2 * h)
+            return 0.5 * (H + H.T)
         f0 = self.value(phi, keep=False)
         H = np.empty((n, n))
         for i in range(n):

@@ -272,3 +272,115 @@ class Subject:
         logdet_omega = np.linalg.slogdet(omega)[1]
         nll = value + 0.5 * (self.n_values * _LOG_2PI + logdet_omega + logdet_h)
         return float(nll), eta
+
+    # ------------------------------------------------------------------ FOCE-I gradient
+    def foce_gradient(self, theta, omega, log_sigma, eta, layout, omega_derivatives):
+        """The gradient of this subject's FOCE-I ``-log L`` in the unknowns ``phi``, at the
+        conditional mode ``eta``, from sensitivities.
+
+        The mode moves with ``phi`` (implicit function theorem) and the information ``H``
+        moves with the mode and with ``b``: both need the second derivatives of the
+        observables (and log noise levels) in the parameters, taken as central differences
+        of the sensitivity Jacobian along each fixed effect (two sensitivity solves per
+        estimated parameter; the random parameters' directions are among them: on the log
+        scale ``d/d eta_r = d/d b_r``).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            Population parameters.
+        omega : ndarray of shape (n_random, n_random)
+        log_sigma : ndarray or None
+            Additive noise levels (None: the model's ``noise_sd``).
+        eta : ndarray of shape (n_random,)
+            The conditional mode.
+        layout : Layout
+            The unknowns' layout (:mod:`._solver`).
+        omega_derivatives : list of ndarray
+            ``d Omega / d omega_k`` for each covariance unknown.
+
+        Returns
+        -------
+        ndarray of shape (n_unknowns,)
+        """
+        E, R, q = layout.estimated, layout.random, eta.size
+        th = subject_theta(theta, R, eta)
+        h, log_s, J, Js = self.predict(th, derivatives=True)
+        additive = log_s is None
+        if additive:
+            log_s = log_sigma[self.cols]
+            Js = np.zeros_like(J)
+        # d theta / d b along each fixed effect (log scale: theta_k itself)
+        scale_b = np.where(layout.log_mask, th[E], 1.0)
+        position = {int(k): i for i, k in enumerate(E)}
+        r_in_b = np.array([position[int(r)] for r in R])
+        # second derivatives: d J / d b_k by central differences (log scale: multiplicative)
+        step = 1e-4
+        DJ, DJs = [], []
+        for i, k in enumerate(E):
+            plus, minus = th.copy(), th.copy()
+            if layout.log_mask[i]:
+                plus[k], minus[k] = th[k] * np.exp(step), th[k] * np.exp(-step)
+            else:
+                plus[k], minus[k] = th[k] + step, th[k] - step
+            _, _, Jp, Jsp = self.predict(plus, derivatives=True)
+            _, _, Jm, Jsm = self.predict(minus, derivatives=True)
+            DJ.append((Jp - Jm) / (2 * step))
+            DJs.append(np.zeros_like(J) if additive else (Jsp - Jsm) / (2 * step))
+
+        e = self.y - h
+        w = np.exp(-2.0 * log_s)
+        X, Xs = J[:, E] * scale_b, Js[:, E] * scale_b       # d/db (m, n_b)
+        A, C = X[:, r_in_b], Xs[:, r_in_b]                  # d/d eta (m, q)
+        omega_inv = np.linalg.inv(omega)
+        H = (A * w[:, None]).T @ A + 2.0 * C.T @ C + omega_inv
+        H_inv = np.linalg.inv(H)
+
+        def dA(i):
+            """d A / d b_i and d C / d b_i."""
+            a = DJ[i][:, R] * th[R]
+            c = DJs[i][:, R] * th[R]
+            hit = np.flatnonzero(r_in_b == i)  # b_i is a random parameter's: its own column
+            a[:, hit] += A[:, hit]
+            c[:, hit] += C[:, hit]
+            return a, c
+
+        def moves(i):
+            """d H / d b_i and d (grad_eta g) / d b_i (data parts)."""
+            a, c = dA(i)
+            x, xs = X[:, i], Xs[:, i]
+            dw = -2.0 * w * xs
+            dH = a.T @ (A * w[:, None]) + (A * w[:, None]).T @ a + (A * dw[:, None]).T @ A \
+                + 2.0 * (c.T @ C + C.T @ c)
+            d_ew = -x * w + e * dw                          # d (e w)
+            d_res = 2.0 * e * w * x + 2.0 * e * e * w * xs  # d (1 - e^2 w)
+            dgrad = -a.T @ (e * w) - A.T @ d_ew + c.T @ (1.0 - e * e * w) + C.T @ d_res
+            return dH, dgrad
+
+        pieces = [moves(i) for i in range(layout.n_b)]
+        G = np.column_stack([pieces[i][1] for i in r_in_b]) + omega_inv  # exact Hessian in eta
+        G = 0.5 * (G + G.T)
+        dH_deta = [pieces[i][0] for i in r_in_b]
+        trace_eta = np.array([np.sum(H_inv * d) for d in dH_deta])  # tr(H^-1 dH/d eta_r)
+
+        grad = np.zeros(layout.n_b + layout.n_omega + layout.n_sigma)
+        G_inv = np.linalg.inv(G)
+        for i in range(layout.n_b):
+            dH, dgrad = pieces[i]
+            direct = -X[:, i] @ (e * w) + Xs[:, i] @ (1.0 - e * e * w)
+            d_eta = -G_inv @ dgrad
+            grad[i] = direct + 0.5 * np.sum(H_inv * dH) + 0.5 * trace_eta @ d_eta
+        for j, d_omega in enumerate(omega_derivatives):
+            d_inv = -omega_inv @ d_omega @ omega_inv
+            direct = 0.5 * eta @ d_inv @ eta + 0.5 * np.sum(omega_inv * d_omega)
+            d_eta = -G_inv @ (d_inv @ eta)
+            grad[layout.n_b + j] = direct + 0.5 * np.sum(H_inv * d_inv) + 0.5 * trace_eta @ d_eta
+        for c_index in range(layout.n_sigma):
+            here = (self.cols == c_index).astype(float)
+            direct = np.sum(here * (1.0 - e * e * w))
+            dH = (A * (-2.0 * w * here)[:, None]).T @ A
+            dgrad = 2.0 * A.T @ (e * w * here)
+            d_eta = -G_inv @ dgrad
+            grad[layout.n_b + layout.n_omega + c_index] = (
+                direct + 0.5 * np.sum(H_inv * dH) + 0.5 * trace_eta @ d_eta)
+        return grad
