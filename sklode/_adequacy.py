@@ -30,8 +30,8 @@ from scipy.stats import chi2
 
 from .exceptions import SklodeError
 
-__all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap", "residual_runs",
-           "residual_time_means"]
+__all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
+           "residual_runs", "residual_time_means"]
 
 logger = logging.getLogger("sklode")
 

@@ -303,7 +303,7 @@ class Subject:
         -------
         ndarray of shape (n_unknowns,)
         """
-        E, R, q = layout.estimated, layout.random, eta.size
+        E, R = layout.estimated, layout.random
         th = subject_theta(theta, R, eta)
         h, log_s, J, Js = self.predict(th, derivatives=True)
         additive = log_s is None
