@@ -64,7 +64,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         linear mixed-model step (nlme's algorithm; additive error and FOCE only; fast);
         ``"direct"`` minimises the chosen marginal likelihood itself (L-BFGS-B, each
         subject's mode warm-started; FOCE-I with its gradient from sensitivities, Laplace on
-        central differences; any error model; 20-100x the CPU).
+        central differences; any error model; 10-100x the CPU).
         ``"auto"``: Lindstrom-Bates where it applies, else direct started from it (or from a
         pooled fit).
     covariance : {"diagonal", "full"}, default="diagonal"
