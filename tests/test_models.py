@@ -275,3 +275,35 @@ def test_inputs_are_not_mutated_and_read_only_inputs_work(rng):
     LotkaVolterra().jac_x(0.0, x, [1.0, 1.0, 1.0, 1.0])
     LotkaVolterra().f(0.0, x, [1.0, 1.0, 1.0, 1.0])
     assert_allclose(x, before, rtol=0)
+
+
+def test_check_model_runs_once_per_model_and_again_after_a_change():
+    # check_model costs more than a forward solve (an autograd-against-differences check):
+    # simulate and the estimators call it on every use, so a model passes it once, until
+    # something it reads changes
+    from sklode.models import FunctionModel, check_model
+
+    calls = []
+
+    def growth(t, x, theta):
+        calls.append(1)
+        return theta[0] * x
+
+    model = FunctionModel(growth, ("N",), ("r",), default_theta=(0.1,))
+    check_model(model)
+    first = len(calls)
+    assert first > 0
+    check_model(model)
+    assert len(calls) == first  # the second call evaluated nothing
+
+    def wrong(t, x, theta):  # same name, other function: checked again, and refused
+        return x[..., :0]
+
+    wrong.__qualname__ = growth.__qualname__
+    model.rhs_function = wrong
+    with pytest.raises(ModelError, match="returned shape"):
+        check_model(model)
+    model.rhs_function = growth
+    model.state_names = ("N", "N")  # a name changed: checked again
+    with pytest.raises(ModelError, match="repeated names"):
+        check_model(model)

@@ -363,9 +363,13 @@ class ODEModel:
         self.__dict__["_pointwise_cache"] = _Compiled(self.f, self.jac_x, None, None)
 
     def __getstate__(self):
-        """The instance's attributes without the compiled field (rebuilt on first use)."""
+        """The instance's attributes without the compiled field (rebuilt on first use) and
+        without the record of :func:`check_model` (a copy is checked once again), so that a
+        model's pickle, and scikit-learn's hash of the estimator's parameters, are those of
+        its definition."""
         state = self.__dict__.copy()
         state.pop("_pointwise_cache", None)
+        state.pop("_checked_signature", None)
         return state
 
     def jac_x(self, t, x, theta):
@@ -888,6 +892,12 @@ def check_model(model):
             f"model must be an sklode.ODEModel instance, got {type(model).__name__}. "
             "Subclass ODEModel (state_names, param_names, rhs) or use FunctionModel."
         )
+    # once per model: the checks (an autograd-against-differences comparison among them)
+    # cost ~9 ms, more than a forward solve; the signature changes when anything the checks
+    # read does (a constant, a name, a method assigned on the instance)
+    signature = _check_signature(model)
+    if signature is not None and model.__dict__.get("_checked_signature") == signature:
+        return model
     name = type(model).__name__
     for attr in ("state_names", "param_names"):
         names = getattr(model, attr)
@@ -948,7 +958,26 @@ def check_model(model):
     if getattr(model, "check_derivatives", True):
         _check_differentiable(model, name, batch, theta)
     _check_observation_model(model, name, batch, theta)
+    if signature is not None:
+        model.__dict__["_checked_signature"] = signature
     return model
+
+
+def _check_signature(model):
+    """What :func:`check_model` reads, as a comparable tuple (None: cannot be summarised,
+    check every time)."""
+    try:
+        default = (None if model.default_theta is None
+                   else tuple(np.ravel(np.asarray(model.default_theta, dtype=float)).tolist()))
+        own = tuple(None if model.__dict__.get(n) is None else id(model.__dict__[n])
+                    for n in ("rhs", "observe", "noise_sd"))
+        # functions among the constants (FunctionModel's rhs) by identity: their repr is a
+        # name, which another function may share
+        own += tuple(id(v) for v in model.get_constants().values() if callable(v))
+        return (type(model), repr(model), model.state_names, model.param_names, default,
+                model.observable_names, own, getattr(model, "check_derivatives", True))
+    except Exception:  # an exotic model (a constant whose repr fails): check every call
+        return None
 
 
 def _check_observation_model(model, name, batch, theta):
