@@ -289,9 +289,13 @@ def plot_comparison(records, *, title=None, ax=None):
 
 # ---------------------------------------------------------------------- populations
 def _subject_grid(experiment, n_points):
+    """Times from the subject's start to its last sample; the first just after the start, so
+    that a dose given then shows (a time at a dose sees the state before it)."""
     t = np.asarray(experiment.t, dtype=np.float64).reshape(-1)
     t0 = experiment.t0 if experiment.t0 is not None else t.min()
-    return np.linspace(min(t0, t.min()), t.max(), n_points)
+    grid = np.linspace(min(t0, t.min()), t.max(), n_points)
+    grid[0] += 1e-6 * (grid[-1] - grid[0])
+    return grid
 
 
 def plot_individual_fits(est, subjects, *, observable=0, ax=None, n_points=200, ncols=4):
