@@ -31,7 +31,7 @@ from scipy.stats import chi2
 from .exceptions import SklodeError
 
 __all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
-           "residual_runs", "residual_time_means"]
+           "residual_runs", "residual_time_means", "residuals"]
 
 logger = logging.getLogger("sklode")
 
@@ -127,9 +127,37 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
             "polished_cost": cost1 / 2, "theta": objective.split(objective.to_z(result.u))[1]}
 
 
-def residual_runs(model, theta, data, x0s, options):
+def residuals(model, theta, data, x0s, options):
+    """Each experiment's residuals ``Y - prediction`` (NaN where missing): what
+    :func:`residual_runs` and :func:`residual_time_means` read.
+
+    Returns
+    -------
+    list of ndarray of shape (n_times, n_observed), or None
+        None when a prediction cannot be integrated.
+    """
+    from ._estimator import predicted_observables
+
+    columns = list(data.observed)
+    out = []
+    for x0, e in zip(np.reshape(x0s, (data.n_experiments, -1)), data.experiments):
+        try:
+            with np.errstate(all="ignore"):
+                P = predicted_observables(model, theta, e, x0, e.t, options)[:, columns]
+        except SklodeError:
+            return None
+        out.append(np.where(e.mask, e.Y - P, np.nan))
+    return out
+
+
+def residual_runs(residuals):
     """The runs z-score of each observable's residual signs (time order within each
     experiment, pooled over experiments).
+
+    Parameters
+    ----------
+    residuals : list of ndarray of shape (n_times, n_observed)
+        Each experiment's residuals, NaN where missing (:func:`residuals`).
 
     Returns
     -------
@@ -138,23 +166,15 @@ def residual_runs(model, theta, data, x0s, options):
         nonzero residuals or all of one sign.
     fraction : ndarray of shape (n_observed,)
         ``runs / expected``.
-    Or None when the prediction cannot be integrated.
     """
-    from ._estimator import predicted_observables
-
-    columns = list(data.observed)
-    runs = np.zeros(len(columns))
-    expected = np.zeros(len(columns))
-    variance = np.zeros(len(columns))
-    count = np.zeros(len(columns), dtype=int)
-    for x0, e in zip(np.reshape(x0s, (data.n_experiments, -1)), data.experiments):
-        try:
-            with np.errstate(all="ignore"):
-                P = predicted_observables(model, theta, e, x0, e.t, options)[:, columns]
-        except SklodeError:
-            return None
-        for j in range(len(columns)):
-            r = (e.Y[:, j] - P[:, j])[e.mask[:, j]]
+    n_columns = residuals[0].shape[1]
+    runs = np.zeros(n_columns)
+    expected = np.zeros(n_columns)
+    variance = np.zeros(n_columns)
+    count = np.zeros(n_columns, dtype=int)
+    for R in residuals:
+        for j in range(n_columns):
+            r = R[np.isfinite(R[:, j]), j]
             s = np.sign(r[r != 0])
             n_pos, n = int(np.sum(s > 0)), s.size
             n_neg = n - n_pos
@@ -175,24 +195,7 @@ def residual_runs(model, theta, data, x0s, options):
     return z, fraction
 
 
-def _residuals(model, theta, data, x0s, options):
-    """Each experiment's residuals ``Y - prediction`` (NaN where missing), or None when a
-    prediction cannot be integrated."""
-    from ._estimator import predicted_observables
-
-    columns = list(data.observed)
-    out = []
-    for x0, e in zip(np.reshape(x0s, (data.n_experiments, -1)), data.experiments):
-        try:
-            with np.errstate(all="ignore"):
-                P = predicted_observables(model, theta, e, x0, e.t, options)[:, columns]
-        except SklodeError:
-            return None
-        out.append(np.where(e.mask, e.Y - P, np.nan))
-    return out
-
-
-def residual_time_means(model, theta, data, x0s, options):
+def residual_time_means(residuals, data):
     """The time-means statistic of each observable and its threshold.
 
     At every time observed in at least ``TIME_MEANS_MIN`` experiments, the residuals' mean
@@ -200,20 +203,24 @@ def residual_time_means(model, theta, data, x0s, options):
     standard normal through its t distribution and the squares summed: about ``chi2(m)`` for
     ``m`` such times when the model's shape is right.
 
+    Parameters
+    ----------
+    residuals : list of ndarray of shape (n_times, n_observed)
+        Each experiment's residuals, NaN where missing (:func:`residuals`).
+    data : ExperimentData
+        Their times.
+
     Returns
     -------
     statistic : ndarray of shape (n_observed,)
         NaN for an observable with fewer than ``TIME_MEANS_MIN`` shared times.
     threshold : ndarray of shape (n_observed,)
         The ``TIME_MEANS_LEVEL`` quantile of ``chi2(m)``.
-    Or None when the predictions cannot be integrated or there is one experiment.
+    Or None with fewer than ``TIME_MEANS_MIN`` experiments.
     """
     from scipy.stats import norm, t as student
 
     if data.n_experiments < TIME_MEANS_MIN:
-        return None
-    residuals = _residuals(model, theta, data, x0s, options)
-    if residuals is None:
         return None
     times = np.concatenate([e.t for e in data.experiments])
     stacked = np.vstack(residuals)

@@ -51,7 +51,7 @@ from .models._base import HeldParameters, ScaledStates
 
 __all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "full_theta", "hold_fixed",
            "is_linear_on_data", "misfit_ratios", "on_state_scale", "release_fixed",
-           "require_observed", "sigma_per_state", "standard_errors",
+           "require_observed", "set_fitted", "sigma_per_state", "standard_errors",
            "warn_not_converged"]
 
 logger = logging.getLogger("sklode")
@@ -199,11 +199,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
 
     def _set_fitted(self, **attributes):
         """Replace every fitted attribute at once (the previous fit's are all removed)."""
-        for key in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
-            delattr(self, key)
-        for key, value in attributes.items():
-            setattr(self, key, value)
-        return self
+        return set_fitted(self, **attributes)
 
     def _assess_fit(self, data, theta, x0s, advice, polish_fitted=None):
         """Judge the fit against its own training data; warn when it is poor.
@@ -224,7 +220,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         ``output_error_excess_`` (the polish statistic, or None).
         """
         from ._adequacy import (RUNS_FRACTION, RUNS_Z, polish_gap, residual_runs,
-                                residual_time_means)
+                                residual_time_means, residuals)
 
         x0s = np.reshape(x0s, (-1, data.n_states))
         name = type(self).__name__
@@ -264,7 +260,8 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             attributes["fit_adequate_"] = False
             return attributes
 
-        runs = residual_runs(self.model, theta, data, x0s, options)
+        fit_residuals = residuals(self.model, theta, data, x0s, options)  # one solve each
+        runs = None if fit_residuals is None else residual_runs(fit_residuals)
         if runs is not None:
             z, fraction = runs
             attributes["residual_runs_z_"] = z
@@ -280,7 +277,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                      PoorFitWarning)
                 adequate = False
 
-        means = residual_time_means(self.model, theta, data, x0s, options)
+        means = None if fit_residuals is None else residual_time_means(fit_residuals, data)
         if means is not None:
             statistic, threshold = means
             attributes["residual_time_means_"] = statistic
@@ -640,6 +637,22 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         z = norm.ppf(0.5 + float(level) / 2.0)
         return np.column_stack([self.theta_ - z * self.theta_stderr_,
                                 self.theta_ + z * self.theta_stderr_])
+
+
+def set_fitted(estimator, **attributes):
+    """Replace every fitted attribute of ``estimator`` at once: the previous fit's (names
+    ending in ``_``) are all removed, then these set. Called only after a fit succeeded, so
+    a fit that raises leaves the estimator as it was.
+
+    Returns
+    -------
+    estimator
+    """
+    for key in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("__")]:
+        delattr(estimator, key)
+    for key, value in attributes.items():
+        setattr(estimator, key, value)
+    return estimator
 
 
 def conditioned_theta(theta, conditions, model):

@@ -13,11 +13,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from .._estimator import predicted_observables, set_fitted
 from .._likelihood import information_criteria
 from .._validation import check_experiments, check_theta0
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
 from ..integrate import INTEGRATORS
 from ..models import check_model
+from ._differences import central_differences, second_differences
 from ._solver import (
     Layout,
     direct_fit,
@@ -245,7 +247,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         return [Subject(model, e, data.observed, layout.random, self._options())
                 for e in data.experiments]
 
-    def _pooled_start(self, model, data, layout):
+    def _pooled_start(self, model, data, layout, subjects):
         """A pooled AdjointODE fit (every subject the same parameters) as the start, and
         the residual levels around it."""
         from ..adjoint import AdjointODE
@@ -268,7 +270,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         if layout.n_sigma == 0:
             return theta, None
         residuals = [[] for _ in data.observed]
-        for subject in self._subjects(model, data, layout):
+        for subject in subjects:
             h = subject.predict(theta)[0]
             for j in range(len(data.observed)):
                 residuals[j].extend(subject.y[subject.cols == j] - h[subject.cols == j])
@@ -308,7 +310,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
                 "optimizer='lindstrom-bates' needs method='foce' and an additive error (a "
                 "model without noise_sd); use optimizer='direct' (or 'auto').")
 
-        theta_start, log_sigma0 = self._pooled_start(model, data, layout)
+        theta_start, log_sigma0 = self._pooled_start(model, data, layout, subjects)
         omega0 = np.eye(layout.q) * self.omega0 ** 2
         phi0 = layout.pack(theta_start, omega0, log_sigma0)
         log = None
@@ -338,7 +340,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         if optimizer == "lindstrom-bates":
             theta, _, log_sigma = layout.unpack(phi)
             lin = linearised_data(subjects, layout, phi[: layout.n_b], etas, log_sigma)
-            hessian = _hessian(lambda v: lme_nll_full(layout, v, lin), phi)
+            # the linearised model is linear algebra: no solve noise, a small step
+            hessian = second_differences(lambda v: lme_nll_full(layout, v, lin), phi, 1e-4)
         else:
             hessian = marginal_hessian(subjects, layout, phi, etas, self.method)
         cov = _inverse(hessian)
@@ -383,11 +386,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
 
     def _set_fitted(self, **attributes):
         """Replace every fitted attribute at once (a failed fit leaves the previous one)."""
-        for key in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
-            delattr(self, key)
-        for key, value in attributes.items():
-            setattr(self, key, value)
-        return self
+        return set_fitted(self, **attributes)
 
     @staticmethod
     def _labels(model, names, layout, data):
@@ -472,8 +471,6 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         return out[0] if single else out
 
     def _observables(self, model, subject, eta, times):
-        from .._estimator import predicted_observables
-
         e = subject.experiment
         theta = subject_theta(self.theta_, self._layout_.random, eta)
         P = predicted_observables(model, theta, e, e.x0, np.asarray(times, dtype=float),
@@ -601,23 +598,6 @@ def _as_public(e, model):
                       name=e.name)
 
 
-def _hessian(fun, x, step=1e-4):
-    """Central second differences of a smooth (noise-free) function."""
-    n = x.size
-    H = np.empty((n, n))
-    f0 = fun(x)
-    for i in range(n):
-        ei = np.zeros(n)
-        ei[i] = step
-        H[i, i] = (fun(x + ei) - 2 * f0 + fun(x - ei)) / step ** 2
-        for j in range(i):
-            ej = np.zeros(n)
-            ej[j] = step
-            H[i, j] = H[j, i] = (fun(x + ei + ej) - fun(x + ei - ej) - fun(x - ei + ej)
-                                 + fun(x - ei - ej)) / (4 * step * step)
-    return H
-
-
 def _inverse(H):
     """The covariance from the Hessian; infinite variances where it is singular."""
     try:
@@ -641,11 +621,7 @@ def _random_sds(layout, phi, cov):
         return np.sqrt(np.diag(omega))
 
     w = phi[n_b: n_b + n_w]
-    J = np.empty((layout.q, n_w))
-    for k in range(n_w):
-        step = np.zeros(n_w)
-        step[k] = 1e-6
-        J[:, k] = (sds(w + step) - sds(w - step)) / 2e-6
+    J = central_differences(sds, w, 1e-6).T  # (n_random, n_omega)
     block = cov[n_b: n_b + n_w, n_b: n_b + n_w]
     with np.errstate(invalid="ignore"):
         return sds(w), J @ block @ J.T

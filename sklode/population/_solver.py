@@ -28,6 +28,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from ..exceptions import IntegrationError
+from ._differences import central_differences, second_differences
 from ._subject import _LOG_2PI, subject_theta
 
 __all__ = ["Layout", "PopulationResult", "direct_fit", "lindstrom_bates", "marginal_nll"]
@@ -368,8 +369,8 @@ def lindstrom_bates(subjects, layout, phi0, *, tol=1e-6, max_iter=50, log=None):
         if change < tol:
             converged = True
             break
-    # the modes at the final unknowns (the last nonlinear step used the previous Omega)
-    _, omega, log_sigma = layout.unpack(phi)
+    # etas are the last nonlinear step's modes (for the previous Omega): the caller
+    # searches the final ones from them
     return PopulationResult(
         phi=phi, etas=etas, neg_log_likelihood=nll, n_iter=iteration, converged=converged,
         stop_reason=("the unknowns changed by less than tol" if converged else
@@ -395,15 +396,10 @@ class _Marginal:
         return nll
 
     def gradient(self, phi):
+        """FOCE-I's gradient from sensitivities, or central differences of the value."""
         if self.method == "foce":
             return self.foce_gradient(phi)
-        g = np.empty(phi.size)
-        for k in range(phi.size):
-            step = np.zeros(phi.size)
-            step[k] = _GRADIENT_STEP
-            g[k] = (self.value(phi + step, keep=False)
-                    - self.value(phi - step, keep=False)) / (2 * _GRADIENT_STEP)
-        return g
+        return self.fd_gradient(phi)
 
     def foce_gradient(self, phi):
         """The FOCE-I gradient from sensitivities (:meth:`Subject.foce_gradient`), at the
@@ -421,41 +417,15 @@ class _Marginal:
 
     def fd_gradient(self, phi):
         """Central differences of the value (each mode warm-started)."""
-        g = np.empty(phi.size)
-        for k in range(phi.size):
-            step = np.zeros(phi.size)
-            step[k] = _GRADIENT_STEP
-            g[k] = (self.value(phi + step, keep=False)
-                    - self.value(phi - step, keep=False)) / (2 * _GRADIENT_STEP)
-        return g
+        return central_differences(lambda v: self.value(v, keep=False), phi, _GRADIENT_STEP)
 
     def hessian(self, phi):
         """Central differences of the FOCE-I gradient, or second differences of the value
         (Laplace); symmetric."""
-        n, h = phi.size, _HESSIAN_STEP
         if self.method == "foce":
-            H = np.empty((n, n))
-            for i in range(n):
-                step = np.zeros(n)
-                step[i] = h
-                H[:, i] = (self.foce_gradient(phi + step)
-                           - self.foce_gradient(phi - step)) / (2 * h)
+            H = central_differences(self.foce_gradient, phi, _HESSIAN_STEP).T
             return 0.5 * (H + H.T)
-        f0 = self.value(phi, keep=False)
-        H = np.empty((n, n))
-        for i in range(n):
-            ei = np.zeros(n)
-            ei[i] = h
-            H[i, i] = (self.value(phi + ei, keep=False) - 2 * f0
-                       + self.value(phi - ei, keep=False)) / h ** 2
-            for j in range(i):
-                ej = np.zeros(n)
-                ej[j] = h
-                H[i, j] = H[j, i] = (
-                    self.value(phi + ei + ej, keep=False) - self.value(phi + ei - ej, keep=False)
-                    - self.value(phi - ei + ej, keep=False)
-                    + self.value(phi - ei - ej, keep=False)) / (4 * h * h)
-        return H
+        return second_differences(lambda v: self.value(v, keep=False), phi, _HESSIAN_STEP)
 
 
 def direct_fit(subjects, layout, phi0, etas0, *, method="foce", tol=1e-6, max_iter=200):

@@ -29,6 +29,7 @@ import torch
 from .._sensitivity import forward_trajectory, sensitivities
 from .._validation import condition_map
 from ..exceptions import IntegrationError
+from ._differences import central_differences
 
 __all__ = ["Subject", "subject_theta"]
 
@@ -235,14 +236,8 @@ class Subject:
     def exact_hessian(self, theta, omega_inv, log_sigma, eta):
         """The Hessian of ``g`` in eta at ``eta`` by central differences of its gradient
         (for Laplace's approximation)."""
-        q = eta.size
-        H = np.empty((q, q))
-        for k in range(q):
-            step = np.zeros(q)
-            step[k] = _HESSIAN_STEP
-            plus = self.terms(theta, eta + step, log_sigma)[1]
-            minus = self.terms(theta, eta - step, log_sigma)[1]
-            H[:, k] = (plus - minus) / (2 * _HESSIAN_STEP)
+        H = central_differences(lambda v: self.terms(theta, v, log_sigma)[1], eta,
+                                _HESSIAN_STEP)
         return 0.5 * (H + H.T) + omega_inv
 
     def neg_log_likelihood(self, theta, omega, log_sigma, eta0, method="foce"):
