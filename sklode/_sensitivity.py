@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .integrate import add_doses, dose_segments, solve
+from .integrate import (_max_steps, _resolve_integrator, add_doses, dose_segments,
+                        native_solver_or_warn, raise_native_failure, solve)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -66,15 +67,20 @@ class Trajectory:
     x0 : ndarray (n_states,)
     n_evaluations : int
         Vector-field evaluations of the forward solve.
+    native : callable or None
+        For a CVODES solve (``integrator="CVODES"``, no dense output, no step grid):
+        ``native(with_x0)`` solves again with forward sensitivities, which then replace both
+        derivative passes.
     """
 
-    def __init__(self, grid, obs_index, states, dense, x0, n_evaluations):
+    def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
         self.dense = dense
         self.x0 = x0
         self.n_evaluations = n_evaluations
+        self.native = native
 
 
 class _PiecewiseDense:
@@ -140,6 +146,13 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
+    native = native_solver_or_warn(model) if _resolve_integrator(integrator) == "CVODES" \
+        else None
+    if native is not None:
+        return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
+                                  atol=atol, max_steps=_max_steps(max_evaluations))
+    if _resolve_integrator(integrator) == "CVODES":
+        integrator = "LSODA"
     if doses:
         return _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, integrator=integrator,
                                       rtol=rtol, atol=atol, max_evaluations=max_evaluations)
@@ -178,6 +191,68 @@ def _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, **options):
     return Trajectory(grid, np.searchsorted(grid, t_obs), states,
                       _PiecewiseDense(ends, pieces), np.asarray(x0, dtype=np.float64),
                       n_evaluations=n_evaluations)
+
+
+def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=None):
+    """States (and sensitivities in ``columns``: ``(with_x0, parameter indices)``) at
+    ``t_obs`` by the compiled CVODES solve, in segments between the doses (the
+    sensitivities are continuous across a bolus of known size)."""
+    n, t_end = x0.size, float(t_obs[-1])
+    at_start, later = dose_segments(doses or [], t0, t_end)
+    x, start = add_doses(x0, at_start), t0
+    states = np.empty((t_obs.size, n))
+    states[t_obs <= t0] = x0
+    S = S_out = None
+    if columns is not None:
+        with_x0, params = columns
+        S = np.zeros((n, (n if with_x0 else 0) + params.size))
+        if with_x0:
+            S[:, :n] = np.eye(n)
+        S_out = np.empty((t_obs.size, n, S.shape[1]))
+        S_out[t_obs <= t0] = S
+    limit = options.pop("blowup")
+    n_evaluations = 0
+    for end, amounts in later + [(t_end, None)]:
+        inside = (t_obs > start) & (t_obs <= end)
+        t_eval = np.union1d(t_obs[inside], [end])
+        out, sens, info = native(start, x, theta, t_eval, s0=S,
+                                 sens_params=None if S is None else columns[1], **options)
+        raise_native_failure(model, theta, (start, end), info, limit)
+        index = np.searchsorted(t_eval, t_obs[inside])
+        states[inside] = out[index]
+        if S is not None:
+            S_out[inside] = sens[index]
+            S = sens[-1]
+        n_evaluations += info["n_rhs"]
+        x, start = add_doses(out[-1], amounts), end
+    return states, S_out, n_evaluations
+
+
+def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
+    """:func:`forward_trajectory` by the compiled CVODES solve: the states at ``t_obs`` and
+    a closure that solves again with forward sensitivities (only the parameters the field
+    depends on are integrated; the other columns are zero)."""
+    theta = np.asarray(theta, dtype=np.float64)
+    options["blowup"] = 1e8 * max(1.0, float(np.max(np.abs(x0))))  # as integrate.solve
+    states, _, n_evaluations = _native_solve(native, model, theta, x0, t0, t_obs, doses,
+                                             dict(options))
+    cache = {}
+
+    def sensitivities_at(with_x0):
+        if with_x0 not in cache:
+            params = np.flatnonzero(native.param_in_field)
+            _, S, _ = _native_solve(native, model, theta, x0, t0, t_obs, doses, dict(options),
+                                    columns=(with_x0, params))
+            n = x0.size
+            offset = n if with_x0 else 0
+            full = np.zeros(S.shape[:2] + (offset + model.n_params,))
+            full[..., :offset] = S[..., :offset]
+            full[..., offset + params] = S[..., offset:]
+            cache[with_x0] = full
+        return cache[with_x0]
+
+    return Trajectory(np.union1d([t0], t_obs), np.searchsorted(np.union1d([t0], t_obs), t_obs),
+                      states, None, x0, n_evaluations, native=sensitivities_at)
 
 
 # ----------------------------------------------------------------------------- stage algebra
@@ -304,6 +379,8 @@ def sensitivities(model, theta, traj, with_x0=True):
         ``dx(t_i)/d[x0, theta]`` with ``q = n_states + n_params`` (x0 columns first), or
         ``q = n_params`` when ``with_x0`` is False.
     """
+    if traj.native is not None:  # CVODES' own forward sensitivities
+        return traj.native(with_x0)
     n = traj.x0.size
     p = model.n_params
     q = (n if with_x0 else 0) + p
@@ -389,6 +466,10 @@ def adjoint_gradient(model, theta, traj, jumps):
     grad_theta : ndarray (n_params,)
         ``integral of f_theta^T p dt`` by the collocation quadrature.
     """
+    if traj.native is not None:  # a CVODES trajectory: from its forward sensitivities
+        S = traj.native(True)
+        g = np.einsum("ia,iaq->q", jumps, S)
+        return g[:traj.x0.size], g[traj.x0.size:]
     n = traj.x0.size
     n_steps = traj.grid.size - 1
     g = np.zeros((traj.grid.size, n))

@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
     "BoundWarning",
+    "CompilationWarning",
     "ConvergenceWarning",
     "DivergenceError",
     "IdentifiabilityWarning",
@@ -108,6 +109,12 @@ class BoundWarning(UserWarning):
     """A fitted parameter ended on one of its bounds: the optimum may lie beyond it (widen
     the bound if it is not a physical limit), and its standard error and interval, computed
     as if the bound were not there, do not describe it."""
+
+
+class CompilationWarning(UserWarning):
+    """``integrator="CVODES"`` was asked for but the model could not be compiled (no C
+    compiler or SUNDIALS here, or an ``rhs`` that is not a program of scalar operations):
+    the solve runs on scipy's LSODA instead, with the same tolerances. Said once per model."""
 
 
 class StartWarning(UserWarning):

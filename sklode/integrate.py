@@ -12,7 +12,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.linalg import block_diag
 
-from .exceptions import IntegrationError
+from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
 
 __all__ = ["simulate", "solve", "INTEGRATORS"]
@@ -25,6 +25,7 @@ INTEGRATORS = {
     "Radau": True,
     "BDF": True,
     "LSODA": True,
+    "CVODES": True,
 }
 
 # A state this many times larger than the initial state (or than 1) counts as a blow-up:
@@ -108,6 +109,19 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     n_states = x0.shape[-1]
     batched = x0.ndim == 2
     limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
+    if method == "CVODES":
+        native = None
+        if not (batched or dense_output or t_eval is None or t_span[1] < t_span[0]):
+            native = native_solver_or_warn(model)
+        if native is not None:
+            states, _, info = native(t_span[0], x0, theta, t_eval, rtol=rtol, atol=atol,
+                                     max_steps=_max_steps(max_evaluations), blowup=limit)
+            raise_native_failure(model, theta, t_span, info, limit)
+            from scipy.optimize import OptimizeResult
+
+            return OptimizeResult(t=np.asarray(t_eval, dtype=np.float64), y=states.T,
+                                  nfev=info["n_rhs"], status=0, success=True, message="")
+        method = "LSODA"  # dense output, a batch, backwards, or no compiled model
 
     field = None if batched else model.pointwise_field()
     jacobian = None if batched else model.pointwise_jacobian()
@@ -172,6 +186,58 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
             t_reached=t_reached,
         )
     return sol
+
+
+_CVODES_FLAGS = {
+    -1: "CV_TOO_MUCH_WORK: the step budget ran out (the problem may be stiff or nearly "
+        "blowing up)",
+    -2: "CV_TOO_MUCH_ACC: the tolerances are below what double precision can meet",
+    -3: "CV_ERR_FAILURE: the error test failed repeatedly (a singularity or a discontinuity "
+        "in the field)",
+    -4: "CV_CONV_FAILURE: the Newton iteration failed to converge repeatedly",
+    -8: "CV_RHSFUNC_FAIL", -9: "CV_FIRST_RHSFUNC_ERR: the field is not finite at the start",
+    -10: "CV_REPTD_RHSFUNC_ERR: the field was not finite at every step tried",
+    -12: "CV_UNREC_RHSFUNC_ERR",
+}
+
+
+def _max_steps(max_evaluations):
+    # CVODES counts steps, not evaluations (about two a step): a step budget of the
+    # evaluation budget is looser by that factor, never tighter.
+    return 500_000 if max_evaluations is None else int(max_evaluations)
+
+
+def native_solver_or_warn(model):
+    """``model.native_solver()``, or None after a :class:`CompilationWarning` (once per
+    model) saying why it cannot be compiled."""
+    native = model.native_solver()
+    if native is None and not model.__dict__.get("_native_warned"):
+        model.__dict__["_native_warned"] = True
+        warn(f"integrator='CVODES' is not available for {model!r} "
+             f"({model.native_unavailable_reason()}); using LSODA.", CompilationWarning)
+    return native
+
+
+def raise_native_failure(model, theta, t_span, info, limit):
+    """Raise :class:`IntegrationError` for a failed CVODES solve (``info`` from
+    :class:`~sklode.models._native.NativeSolver`), worded as the scipy path words it."""
+    if not info["flag"]:
+        return
+    t = info["t_reached"]
+    if info["failure"] == "blowup":
+        raise IntegrationError(
+            f"The solution of {model!r} with theta={theta} blew up: ||x|| exceeded "
+            f"{limit:.3g} at t={t:.6g} (started at t={t_span[0]:.6g}). The parameters are "
+            "probably far from realistic values.", t_reached=t)
+    if info["failure"] == "nonfinite" and info["flag"] in (-9, -10, -12):
+        raise IntegrationError(
+            f"{model!r}.rhs returned non-finite values at t={t:.6g} with theta={theta}. The "
+            "parameters may be outside the model's domain.", t_reached=t)
+    reason = _CVODES_FLAGS.get(info["flag"], f"CVODES flag {info['flag']}")
+    raise IntegrationError(
+        f"Integration of {model!r} with theta={theta} failed at t={t:.6g} (started at "
+        f"t={t_span[0]:.6g}, target t={t_span[-1]:.6g}): {reason}. Loosening rtol/atol may "
+        "also help. Unrealistic parameters often cause this.", t_reached=t)
 
 
 def _solve_odeint(fun, jacobian, theta, model, x0, t_span, t_eval, rtol, atol, max_step,

@@ -358,6 +358,38 @@ class ODEModel:
             self.__dict__["_pointwise_cache"] = cached
         return cached
 
+    def native_solver(self):
+        """The model compiled to C and integrated by CVODES, or None.
+
+        Built on first use from the recorded program of :meth:`pointwise_field` (see
+        :mod:`sklode.models._native`; it needs a C compiler and SUNDIALS), checked against
+        the numpy field at random points, and kept on the model; ``integrator="CVODES"``
+        uses it.
+
+        Returns
+        -------
+        NativeSolver or None
+            None where the model cannot be compiled; :meth:`native_unavailable_reason`
+            then says why.
+        """
+        cached = self.__dict__.get("_native_cache")
+        if cached is None:
+            from ._native import native_solver
+
+            cached = native_solver(self, getattr(self._pointwise().field, "compiled", None))
+            self.__dict__["_native_cache"] = cached
+        return cached[0]
+
+    def native_unavailable_reason(self):
+        """Why :meth:`native_solver` is None (a sentence), or None when it is not.
+
+        Returns
+        -------
+        str or None
+        """
+        self.native_solver()
+        return self.__dict__["_native_cache"][1]
+
     def _use_torch_path(self):
         """Evaluate everything through torch (as when ``rhs`` does not compile)."""
         self.__dict__["_pointwise_cache"] = _Compiled(self.f, self.jac_x, None, None)
@@ -369,6 +401,7 @@ class ODEModel:
         its definition."""
         state = self.__dict__.copy()
         state.pop("_pointwise_cache", None)
+        state.pop("_native_cache", None)
         state.pop("_checked_signature", None)
         return state
 

@@ -1,0 +1,226 @@
+"""The compiled CVODES path (``integrator="CVODES"``, sklode/models/_native.py).
+
+Skipped where this machine has no C compiler or SUNDIALS (``.ci/run`` installs Debian's
+libsundials-dev); the fallback's warning is tested everywhere.
+"""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from sklode import AdjointODE, ODEModel, simulate
+from sklode._sensitivity import forward_trajectory, sensitivities
+from sklode.exceptions import CompilationWarning, IntegrationError
+from sklode.models import SEIRD, Lorenz63, Lorenz96, LotkaVolterra
+from sklode.models._native import native_unavailable_reason
+
+needs_native = pytest.mark.skipif(native_unavailable_reason() is not None,
+                                  reason=str(native_unavailable_reason()))
+
+
+class Kitchen(ODEModel):
+    """Every kind of operation the C generator writes, in one field."""
+
+    state_names = ("a", "b", "c")
+    param_names = ("k1", "k2", "k3", "tau")
+    default_theta = (0.7, 1.3, 0.4, 2.0)
+
+    def rhs(self, t, x, theta):
+        a, b, c = x[..., 0], x[..., 1], x[..., 2]
+        k1, k2, k3, tau = theta
+        switch = torch.where(t >= tau, 1.0, 0.0)
+        return torch.stack([
+            -k1 * a / (1.0 + b ** 2) + k3 * torch.exp(-c) * switch,
+            k1 * a - k2 * torch.sqrt(b * b + 1.0) + torch.maximum(c, a) * 0.1,
+            torch.tanh(a) - k3 * torch.clamp(c, min=-1.0, max=1.0) + torch.sin(k2 * b) ** 3
+            + torch.abs(b) * k1 ** 1.5 - torch.log1p(a * a),
+        ], dim=-1)
+
+
+class Smooth(ODEModel):
+    """Kitchen without its kinks (max, clamp, abs), whose finite differences a solver
+    stepping over a kink spoils; the switch in time stays."""
+
+    state_names = ("a", "b", "c")
+    param_names = ("k1", "k2", "k3", "tau")
+    default_theta = (0.7, 1.3, 0.4, 2.0)
+
+    def rhs(self, t, x, theta):
+        a, b, c = x[..., 0], x[..., 1], x[..., 2]
+        k1, k2, k3, tau = theta
+        switch = torch.where(t >= tau, 1.0, 0.0)
+        return torch.stack([
+            -k1 * a / (1.0 + b ** 2) + k3 * torch.exp(-c) * switch,
+            k1 * a - k2 * torch.sqrt(b * b + 1.0),
+            torch.tanh(a) - k3 * c + torch.sin(k2 * b) ** 3 - torch.log1p(a * a),
+        ], dim=-1)
+
+
+class Switch(ODEModel):
+    """``x' = 1`` until ``t = tau``, then ``x' = -1``: x(t) = t, then 2 tau - t."""
+
+    state_names = ("x",)
+    param_names = ("tau",)
+    default_theta = (10.0,)  # model checks run at t <= 1: away from the switch
+
+    def rhs(self, t, x, theta):
+        return torch.stack([torch.where(t < theta[0], 1.0, -1.0) + 0.0 * x[..., 0]], dim=-1)
+
+
+@needs_native
+@pytest.mark.parametrize("model", [LotkaVolterra(), SEIRD(), Lorenz63(), Kitchen()],
+                         ids=lambda m: type(m).__name__)
+def test_c_program_equals_numpy_field(model):
+    native = model.native_solver()
+    assert native is not None, model.native_unavailable_reason()
+    field = model.pointwise_field()
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        x = rng.uniform(0.2, 2.0, model.n_states)
+        theta = model.theta_guess() * rng.uniform(0.8, 1.2, model.n_params)
+        t = float(rng.uniform(0, 4))
+        f, jx, jp = native.evaluate(t, x, theta)
+        # the same double-precision operations in another order: round-off only
+        np.testing.assert_allclose(f, field(t, x, theta), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(jx, model.jac_x(t, x, theta), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(jp, model.jac_theta(t, x, theta), rtol=1e-10, atol=1e-12)
+
+
+@needs_native
+@pytest.mark.parametrize("model, x0, horizon", [
+    (LotkaVolterra(), [2.0, 1.0], 10.0), (SEIRD(), [99990.0, 0.0, 10.0, 0.0, 0.0], 100.0),
+    (Kitchen(), [1.0, 0.5, 0.2], 5.0)], ids=["LV", "SEIRD", "Kitchen"])
+def test_cvodes_solution_equals_lsoda(model, x0, horizon):
+    theta = model.theta_guess()
+    t = np.linspace(0.0, horizon, 21)
+    a = simulate(model, theta, x0, t, integrator="CVODES", rtol=1e-11, atol=1e-12)
+    b = simulate(model, theta, x0, t, integrator="LSODA", rtol=1e-11, atol=1e-12)
+    # both solved to 1e-11 relative per step; errors accumulate over the horizon to ~1e-9
+    np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-7 * np.max(np.abs(b)))
+
+
+@needs_native
+def test_switch_in_time_is_located_exactly():
+    # the root of t - tau stops the solve at the switch: the kink is resolved to the
+    # tolerance, not smeared over a step (x(3) = 2 tau - 3 = -0.4 for tau = 1.3)
+    t = np.array([0.5, 1.3, 2.0, 3.0])
+    X = simulate(Switch(), [1.3], [0.0], t, t0=0.0, integrator="CVODES", rtol=1e-10,
+                 atol=1e-12)
+    np.testing.assert_allclose(X[:, 0], [0.5, 1.3, 0.6, -0.4], atol=1e-8)
+
+
+@needs_native
+@pytest.mark.parametrize("with_x0", [True, False])
+def test_cvodes_sensitivities_equal_collocation_and_differences(with_x0):
+    model, theta, x0 = Smooth(), np.array([0.7, 1.3, 0.4, 2.5]), np.array([1.0, 0.5, 0.2])
+    t = np.linspace(0.5, 4.0, 8)
+    S, reference = (sensitivities(model, theta, forward_trajectory(
+        model, theta, x0, 0.0, t, integrator=integrator, rtol=1e-11, atol=1e-12),
+        with_x0=with_x0) for integrator in ("CVODES", "LSODA"))
+    assert S.shape == (8, 3, (3 if with_x0 else 0) + 4)
+    # an independent method (Gauss collocation on LSODA's trajectory): both at 1e-11, they
+    # agreed to 5e-9 where measured
+    np.testing.assert_allclose(S, reference, rtol=1e-6, atol=1e-7)
+    u = np.concatenate([x0, theta]) if with_x0 else theta
+    h = 1e-6
+    for j in range(u.size):
+        up, down = u.copy(), u.copy()
+        up[j] += h
+        down[j] -= h
+
+        def states(v):
+            x, th = (v[:3], v[3:]) if with_x0 else (x0, v)
+            return simulate(model, th, x, t, t0=0.0, integrator="CVODES", rtol=1e-12,
+                            atol=1e-13)
+        fd = (states(up) - states(down)) / (2 * h)
+        if j == u.size - 1:
+            # d/dtau: the switch moves, and the jump of the field there is not in the
+            # sensitivity equations (as on the scipy path); the states before it agree
+            np.testing.assert_allclose(S[t < theta[3], :, j], fd[t < theta[3]], atol=1e-4)
+            continue
+        # central differences over adaptive solves: each solve's global error (~1e-10 at
+        # rtol 1e-12, its step sequence changing with the perturbation) over h = 1e-6 leaves
+        # noise up to ~5e-5 where measured
+        np.testing.assert_allclose(S[..., j], fd, rtol=1e-4, atol=2e-4)
+
+
+@needs_native
+def test_cvodes_sensitivities_equal_scipy_path_with_doses():
+    model, theta = LotkaVolterra(), LotkaVolterra().theta_guess()
+    x0, t = np.array([2.0, 1.0]), np.linspace(0.5, 6.0, 12)
+    doses = [(2.0, 0, 1.5), (4.0, 1, 0.5)]
+    out = {}
+    for integrator in ("CVODES", "LSODA"):
+        traj = forward_trajectory(model, theta, x0, 0.0, t, integrator=integrator, rtol=1e-11,
+                                  atol=1e-12, doses=doses)
+        out[integrator] = traj.states, sensitivities(model, theta, traj, with_x0=True)
+    # both paths at 1e-11: the trajectories agree to ~1e-9 after two doses
+    np.testing.assert_allclose(out["CVODES"][0], out["LSODA"][0], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(out["CVODES"][1], out["LSODA"][1], rtol=1e-6, atol=1e-8)
+
+
+@needs_native
+def test_adjoint_fit_with_cvodes_equals_lsoda_fit():
+    model = LotkaVolterra()
+    truth = np.array([1.0, 1.0, 1.0, 1.0])
+    t = np.linspace(0, 10, 41)
+    Y = simulate(model, truth, [2.0, 1.0], t)
+    Y = Y * (1 + 0.05 * np.random.default_rng(0).standard_normal(Y.shape))
+    fits = {i: AdjointODE(model, integrator=i, theta0=1.3 * truth, rtol=1e-10,
+                          atol=1e-12).fit(t, Y) for i in ("CVODES", "LSODA")}
+    # the same optimum, solved by two integrators at 1e-10: agreement to ~1e-7 relative
+    np.testing.assert_allclose(fits["CVODES"].theta_, fits["LSODA"].theta_, rtol=1e-6)
+    np.testing.assert_allclose(fits["CVODES"].x0_, fits["LSODA"].x0_, rtol=1e-6)
+    # and near the truth: 5 % noise on 41 samples gives errors of a few per cent
+    np.testing.assert_allclose(fits["CVODES"].theta_, truth, rtol=0.1)
+
+
+@needs_native
+def test_blowup_and_nonfinite_raise_integration_error():
+    class Blowup(ODEModel):
+        state_names, param_names = ("x",), ("k",)
+
+        def rhs(self, t, x, theta):
+            return theta[0] * x ** 2
+
+    with pytest.raises(IntegrationError, match="blew up"):
+        simulate(Blowup(), [1.0], [1.0], [0.5, 2.0], t0=0.0, integrator="CVODES")
+
+    class Domain(ODEModel):
+        state_names, param_names = ("x",), ("k",)
+
+        def rhs(self, t, x, theta):
+            return torch.stack([-torch.sqrt(x[..., 0]) * theta[0]], dim=-1)  # NaN if x < 0
+
+    with pytest.raises(IntegrationError, match="t="):
+        simulate(Domain(), [1.0], [-1.0], [0.5, 2.0], t0=0.0, integrator="CVODES")
+
+
+@needs_native
+def test_build_is_cached_and_model_pickles(tmp_path, monkeypatch):
+    monkeypatch.setenv("SKLODE_CACHE_DIR", str(tmp_path))
+    first = LotkaVolterra().native_solver()
+    second = LotkaVolterra().native_solver()  # a new instance: the same library from disk
+    assert first.library == second.library
+    assert len(list((tmp_path / "native").glob("*.so"))) == 1
+    model = pickle.loads(pickle.dumps(LotkaVolterra()))
+    assert "_native_cache" not in model.__dict__
+    X = simulate(model, model.theta_guess(), [2.0, 1.0], [0.0, 1.0], integrator="CVODES")
+    assert np.all(np.isfinite(X))
+
+
+def test_vector_model_falls_back_with_one_warning():
+    model = Lorenz96(n_states=8)
+    x0 = np.linspace(1.0, 2.0, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = simulate(model, [8.0], x0, [0.0, 0.5, 1.0], integrator="CVODES")
+        simulate(model, [8.0], x0, [0.0, 0.5], integrator="CVODES")
+    compilation = [w for w in caught if issubclass(w.category, CompilationWarning)]
+    assert len(compilation) == 1  # once per model
+    assert "LSODA" in str(compilation[0].message)
+    b = simulate(model, [8.0], x0, [0.0, 0.5, 1.0], integrator="LSODA")
+    np.testing.assert_array_equal(a, b)  # the fallback is the LSODA path itself
