@@ -10,10 +10,15 @@
    first fit of a fresh process (a subprocess per system, its imports excluded).
 3. ``predict`` on 20,000 times against ``solve_ivp`` (LSODA) with a numpy field.
 4. Wall time of ``import sklode`` and ``sklode --help`` in fresh processes.
+5. ``solves``: every condition of the PEtab development problems (and SEIRD, Lorenz-63)
+   solved with and without forward sensitivities by AMICI, by sklode's scipy path (LSODA)
+   and by its compiled path (``integrator="CVODES"``), in one process
+   (``benchmarks/solves.py``; AMICI's columns need ``amici`` in the environment).
 
-Writes ``benchmarks/results/forward.md`` and ``.json``; CPU seconds single-threaded.
+Writes ``benchmarks/results/forward.md`` and ``.json`` (the parts not run keep their last
+results); CPU seconds single-threaded.
 
-    python benchmarks/forward.py
+    python benchmarks/forward.py [--parts fields,fits,predict,cold,solves]
 """
 
 from __future__ import annotations
@@ -252,12 +257,23 @@ def cold_start():
             "help_wall": min(wall([python, "-m", "sklode.cli", "--help"]) for _ in range(3))}
 
 
-def main():
+def main(parts):
     fits = ["seird", "seird_e3", "seird_e4a", "seird_e4b", "seird_e4c", *SYSTEMS]
-    results = {"fields": field_costs(), "fits": {}, "predict": predict_cost(),
-               "cold": cold_start()}
-    for name in fits:
-        results["fits"][name] = {**fit_pair(name), "first_fit_cpu": first_fit(name)}
+    path = HERE / "results" / "forward.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if "fields" in parts:
+        results["fields"] = field_costs()
+    if "predict" in parts:
+        results["predict"] = predict_cost()
+    if "cold" in parts:
+        results["cold"] = cold_start()
+    if "fits" in parts:
+        results["fits"] = {name: {**fit_pair(name), "first_fit_cpu": first_fit(name)}
+                           for name in fits}
+    if "solves" in parts:
+        import solves
+
+        results["solves"] = solves.run()
     lines = ["# Forward solves", "", "Written by `benchmarks/forward.py` (one process; the "
              "first fits in fresh subprocesses). CPU seconds single-threaded.", "",
              "## The field, per call (µs)", "",
@@ -289,10 +305,58 @@ def main():
               f"`python -c pass` {c['python_wall']:.2f}; `import sklode` "
               f"{c['import_sklode_wall']:.2f}; `import torch, sklearn` "
               f"{c['import_torch_sklearn_wall']:.2f}; `sklode --help` {c['help_wall']:.2f}."]
+    lines += solves_section(results.get("solves"))
     (HERE / "results" / "forward.md").write_text("\n".join(lines) + "\n")
     (HERE / "results" / "forward.json").write_text(json.dumps(results, indent=1) + "\n")
     print("\n".join(lines))
 
 
+def solves_section(solves):
+    """The table of the ``solves`` part (see ``benchmarks/solves.py``)."""
+    if not solves:
+        return []
+
+    def ms(v):
+        return "–" if v is None else f"{1e3 * v:.2f}"
+
+    def ratio(a, b):
+        return "–" if a is None or b is None else f"{a / b:.2f}"
+
+    lines = ["", "## Solves against AMICI (ms, one process; `benchmarks/solves.py`)", "",
+             "Every simulation condition of the problem solved once (rtol 1e-8, atol 1e-10), "
+             "best of 5. sklode's PEtab experiments that pose the same initial value problem "
+             "are solved once, as AMICI solves a condition once (the fits share those "
+             "solves the same way). Sensitivities: the parameters the field reads, the same "
+             "columns for AMICI. One-time costs in CPU s: sklode's checks and numpy "
+             "compilation, its C build (compiler included, cold cache), AMICI's import "
+             "(code generation and C++ build). 'difference': largest difference between "
+             "the CVODES and LSODA states, relative to the largest state.", "",
+             "| problem | states | solves | AMICI | CVODES | ratio | LSODA | AMICI sens | "
+             "CVODES sens | ratio | LSODA sens | odeint, numpy field | one-time: checks, "
+             "C build, AMICI import | difference |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, row in solves.items():
+        s, a = row.get("sklode", {}), row.get("amici", {})
+        if "error" in s:
+            lines.append(f"| {name} | sklode failed: {s['error']} |")
+            continue
+        a_cpu, a_sens = a.get("cpu_s"), a.get("sens_cpu_s")
+        lines.append(
+            f"| {name} | {s['n_states']} | {s.get('n_solves', s['n_conditions'])} | "
+            f"{ms(a_cpu)} | {ms(s.get('cvodes_cpu_s'))} | {ratio(s.get('cvodes_cpu_s'), a_cpu)} | "
+            f"{ms(s['lsoda_cpu_s'])} | {ms(a_sens)} | {ms(s.get('cvodes_sens_cpu_s'))} | "
+            f"{ratio(s.get('cvodes_sens_cpu_s'), a_sens)} | {ms(s['lsoda_sens_cpu_s'])} | "
+            f"{ms(s.get('odeint_numpy_cpu_s'))} | {s['checks_cpu_s']:.2f}, "
+            f"{s['build_cpu_s']:.2f}, {a.get('import_cpu_s', float('nan')):.1f} | "
+            f"{s.get('max_state_difference', float('nan')):.1e} |")
+        if "error" in a:
+            lines.append(f"| {name}: AMICI | {a['error']} |")
+    return lines
+
+
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", default="fields,fits,predict,cold,solves")
+    main(parser.parse_args().parts.split(","))

@@ -103,8 +103,9 @@ def sklode_side(name, cache):
     start, children = time.process_time(), _children_cpu()
     native = model.native_solver()
     build_cpu = time.process_time() - start + _children_cpu() - children
+    cases = _distinct(cases, native)
     out = {"n_states": model.n_states, "n_params": model.n_params,
-           "n_conditions": len(cases), "checks_cpu_s": checks_cpu,
+           "n_conditions": len(cases), "n_solves": len(cases), "checks_cpu_s": checks_cpu,
            "build_cpu_s": build_cpu, "native": native is not None,
            "native_reason": model.native_unavailable_reason()}
     if native is not None:
@@ -133,6 +134,22 @@ def sklode_side(name, cache):
     if name in ("SEIRD", "Lorenz63"):
         out["odeint_numpy_cpu_s"] = _cpu(lambda: _odeint_numpy(name, cases))
     return out
+
+
+def _distinct(cases, native):
+    """One case per distinct initial value problem, on the union of its times (experiments
+    that differ only in observable or noise parameters pose the same one)."""
+    if native is None:
+        return cases
+    read = native.param_in_field
+    groups = {}
+    for theta, x0, t0, t in cases:
+        key = (theta[read].tobytes(), np.asarray(x0).tobytes(), t0)
+        if key in groups:
+            groups[key][3] = np.union1d(groups[key][3], t)
+        else:
+            groups[key] = [theta, x0, t0, np.unique(t)]
+    return [tuple(v) for v in groups.values()]
 
 
 def _odeint_numpy(name, cases):

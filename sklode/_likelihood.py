@@ -401,15 +401,19 @@ class Observation:
         X, theta = self._inputs(X, theta)
         args = (self._y_on_scale, self._sigma_or_ones(), self._mask)
         n, d, p = X.shape[0], X.shape[1], theta.shape[0]
+        # directions only for the parameters the observation and noise model read (a PEtab
+        # model's observables read a few of its dozens): the cost is per direction
+        read = np.flatnonzero(self._parameters_read(p))
+        q = read.size
 
         def along(tx, tth):
             return torch.func.jvp(lambda x, th: rows(self._t, x, th, *args), (X, theta),
                                   (tx, tth))[1]
 
-        tx = torch.zeros((d + p, n, d), dtype=X.dtype)
+        tx = torch.zeros((d + q, n, d), dtype=X.dtype)
         tx[torch.arange(d), :, torch.arange(d)] = 1.0
-        tth = torch.zeros((d + p, p), dtype=X.dtype)
-        tth[torch.arange(d, d + p), torch.arange(p)] = 1.0
+        tth = torch.zeros((d + q, p), dtype=X.dtype)
+        tth[torch.arange(d, d + q), torch.from_numpy(read)] = 1.0
         with warnings.catch_warnings():
             # torch's forward mode loads its decompositions through torch.jit.script on
             # first use, which warns a DeprecationWarning about torch itself, not the user
@@ -417,8 +421,28 @@ class Observation:
                                     category=DeprecationWarning)
             D = torch.func.vmap(along)(tx, tth).numpy()  # (d + p, n, k)
         J_x = np.moveaxis(D[:d], 0, -1)  # (n, k, d)
-        J_theta = np.moveaxis(D[d:], 0, -1)  # (n, k, p)
+        J_theta = np.zeros(J_x.shape[:2] + (p,))
+        J_theta[..., read] = np.moveaxis(D[d:], 0, -1)  # (n, k, p)
         return self._flat_jacobian(J_x), self._flat_jacobian(J_theta)
+
+    def _parameters_read(self, n_params):
+        """Which parameters the observation and noise model read (every one where that
+        cannot be recorded), kept on the model."""
+        cache = self.model.__dict__.setdefault("_observation_reads", {})
+        if n_params not in cache:
+            from .models._compile import parameters_read
+
+            model = self.model
+
+            def observation(t, x, theta):
+                h = model.observe(t, x, theta) if model.has_observation_model else x
+                if not self.modelled_noise:
+                    return h
+                return torch.cat([h, model.noise_sd(t, h, theta)], dim=-1)
+
+            read = parameters_read(observation, model.n_states, n_params)
+            cache[n_params] = np.ones(n_params, dtype=bool) if read is None else read
+        return cache[n_params]
 
     def _flat_jacobian(self, J):
         m = self.n_columns

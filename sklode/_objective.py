@@ -21,7 +21,7 @@ import numpy as np
 
 from ._initial_state import start_from_data
 from ._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
-from ._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
+from ._sensitivity import Trajectory, adjoint_gradient, forward_trajectory, sensitivities
 from ._validation import (
     NOISE_KINDS,
     check_experiments,
@@ -356,8 +356,11 @@ class LeastSquaresObjective(_Objective):
             x0, theta = self.split(self.to_z(u))
             theta = self.experiment_theta(theta)
             self.n_forward += 1
-            traj = forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
-                                      max_evaluations=self.max_evaluations, doses=self.doses)
+            shared = self.__dict__.get("shared_solve")
+            traj = (shared.trajectory(self, theta, x0) if shared is not None else
+                    forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
+                                       max_evaluations=self.max_evaluations,
+                                       doses=self.doses))
             if self.observation is None:
                 data = np.where(self.mask,
                                 (traj.states[:, self.observed] - self.Y) / self.sigma, 0.0)
@@ -552,6 +555,66 @@ class LeastSquaresObjective(_Objective):
         g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)
 
+class _SharedSolve:
+    """One forward solve for the experiments that pose the same initial value problem.
+
+    A PEtab problem splits a condition into several experiments when its measurement rows
+    give observable or noise parameters different values; the ODE is the same, and solving
+    it once on the union of their times is what AMICI does (Fujita et al. 2010: 29
+    experiments, 6 distinct solves). The CVODES path knows which parameters the field reads
+    (:attr:`~sklode.models._native.NativeSolver.param_in_field`); the experiments of a group
+    share the last solve while those parameters and the initial state are unchanged.
+    """
+
+    def __init__(self, parts, field_params):
+        self.parts, self.field_params = parts, field_params
+        self.t = np.unique(np.concatenate([p.t for p in parts]))
+        self.key, self.traj = None, None
+
+    def trajectory(self, part, theta, x0):
+        key = (theta[self.field_params].tobytes(), np.asarray(x0, dtype=np.float64).tobytes())
+        if key != self.key:
+            self.key, self.traj = None, None
+            self.traj = forward_trajectory(part.model, theta, x0, part.t0, self.t,
+                                           **part.solver, max_evaluations=part.max_evaluations,
+                                           doses=part.doses)
+            self.key = key
+        return _restricted(self.traj, np.searchsorted(self.t, part.t), part.t0)
+
+
+def _restricted(traj, index, t0):
+    """A CVODES trajectory at a subset ``index`` of its observation times."""
+    native = traj.native
+    grid = np.union1d([t0], traj.grid[traj.obs_index][index])
+    return Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
+                      traj.states[index], None, traj.x0, traj.n_evaluations,
+                      native=lambda with_x0: native(with_x0)[index])
+
+
+def _share_solves(parts):
+    """Give experiments that pose the same initial value problem one shared solve (the
+    CVODES path only: the scipy path does not know which parameters its field reads)."""
+    from .integrate import _resolve_integrator
+
+    first = parts[0]
+    if len(parts) < 2 or _resolve_integrator(first.solver["integrator"]) != "CVODES":
+        return
+    native = first.model.native_solver()
+    if native is None:
+        return
+    groups = {}
+    for part in parts:
+        if part.n_x0 or part.preequilibration is not None:
+            continue  # an estimated or steady-state start is the experiment's own
+        key = (part.t0, repr(part.doses), part.x0_fixed.tobytes())
+        groups.setdefault(key, []).append(part)
+    for members in groups.values():
+        if len(members) > 1:
+            shared = _SharedSolve(members, np.flatnonzero(native.param_in_field))
+            for part in members:
+                part.shared_solve = shared
+
+
 class ExperimentsObjective(_Objective):
     """The sum of several experiments' costs with shared parameters.
 
@@ -581,6 +644,7 @@ class ExperimentsObjective(_Objective):
                                        + [first.log_mask[first.n_x0:]])
         self.n_data = sum(p.n_data for p in self.parts)
         self.n_data_rows = sum(p.n_data_rows for p in self.parts)
+        _share_solves(self.parts)
 
     @property
     def max_evaluations(self):

@@ -381,11 +381,13 @@ class ODEModel:
         return cached[0]
 
     def native_unavailable_reason(self):
-        """Why :meth:`native_solver` is None (a sentence), or None when it is not.
+        """Why :meth:`native_solver` is None, or None when it is not.
 
         Returns
         -------
         str or None
+            A sentence naming what is missing (a C compiler, SUNDIALS) or what the generator
+            cannot write (an ``rhs`` that is not a program of scalar operations).
         """
         self.native_solver()
         return self.__dict__["_native_cache"][1]
@@ -402,6 +404,7 @@ class ODEModel:
         state = self.__dict__.copy()
         state.pop("_pointwise_cache", None)
         state.pop("_native_cache", None)
+        state.pop("_observation_reads", None)
         state.pop("_checked_signature", None)
         return state
 

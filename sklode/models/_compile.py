@@ -618,3 +618,80 @@ def _check_grid(model, field, functions, n_points=7):
         if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-12,
                                                           atol=1e-14, equal_nan=True):
             raise _Unsupported("the grid function differs from the pointwise one")
+
+
+# ----------------------------------------------------------------------------- dependencies
+class _DependencyRecorder(_Recorder):
+    """A recorder that keeps the tape only (no numpy code): any torch operation is fine."""
+
+    def expression(self, op, args, kwargs, result):
+        for r in (result if isinstance(result, (tuple, list)) else [result]):
+            if isinstance(r, torch.Tensor):
+                self.name(r)
+        return ""
+
+
+def parameters_read(function, n_states, n_params):
+    """Which entries of ``theta`` ``function(t, x, theta)`` reads, from its recorded program.
+
+    Structural, not numerical: an entry counts when any operation on the way to the output
+    takes it (an index ``theta[k]``, an unbind, or ``theta`` as a whole), whatever the
+    derivative's value at a point. Used to skip the derivative directions of parameters an
+    observation model never reads.
+
+    Parameters
+    ----------
+    function : callable
+        ``function(t, x, theta)`` in torch operations, ``x`` of shape ``(n_states,)``.
+    n_states, n_params : int
+
+    Returns
+    -------
+    ndarray of bool of shape (n_params,) or None
+        None where the program cannot be recorded (value-dependent control flow).
+    """
+    inputs = {"t": torch.tensor(0.5, dtype=torch.float64),
+              "x": torch.linspace(0.7, 1.3, n_states, dtype=torch.float64),
+              "theta": torch.linspace(0.8, 1.2, n_params, dtype=torch.float64)}
+    recorder = _DependencyRecorder(inputs)
+    try:
+        with torch.inference_mode(), recorder:
+            out = function(inputs["t"], inputs["x"], inputs["theta"])
+    except Exception as exc:  # noqa: BLE001 -- unrecordable: every parameter counts
+        logger.debug("parameters_read: %s: %s", type(exc).__name__, exc)
+        return None
+    theta = inputs["theta"]
+    everything = np.ones(n_params, dtype=bool)
+    reads = {id(theta): everything}
+
+    def of(value):
+        return reads.get(id(value)) if isinstance(value, torch.Tensor) else None
+
+    for op, args, kwargs, result in recorder.tape:
+        operands = [v for a in list(args) + list(kwargs.values())
+                    for v in (a if isinstance(a, (list, tuple)) else [a])]
+        results = result if isinstance(result, (tuple, list)) else [result]
+        if args and args[0] is theta and op in ("__getitem__", "unbind"):
+            index = args[1] if op == "__getitem__" else None
+            if isinstance(index, tuple) and len(index) == 2 and index[0] is Ellipsis:
+                index = index[1]
+            for i, r in enumerate(results):
+                read = np.zeros(n_params, dtype=bool)
+                if op == "unbind":
+                    read[i] = True
+                elif isinstance(index, int):
+                    read[index] = True
+                else:
+                    read = everything
+                reads[id(r)] = read
+            continue
+        read = None
+        for v in operands:
+            if of(v) is not None:
+                read = of(v) if read is None else (read | of(v))
+        if read is not None:
+            for r in results:
+                if isinstance(r, torch.Tensor):
+                    reads[id(r)] = read
+    read = of(out)
+    return np.zeros(n_params, dtype=bool) if read is None else read.copy()

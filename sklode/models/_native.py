@@ -335,11 +335,12 @@ _UNAVAILABLE = {}  # reason by key, so that a missing compiler is looked for onc
 
 
 def native_unavailable_reason():
-    """Why no model can be compiled here (no C compiler, no SUNDIALS), or None.
+    """Why no model can be compiled here, or None.
 
     Returns
     -------
     str or None
+        A sentence naming what is missing (a C compiler, SUNDIALS) and how to get it.
     """
     if "system" not in _UNAVAILABLE:
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
