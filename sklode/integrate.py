@@ -73,7 +73,11 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         Output times, monotone in the direction of integration, without repeats.
     integrator : str, default="LSODA"
         One of :data:`INTEGRATORS`. ``"Radau"``, ``"BDF"`` and ``"LSODA"`` are stiff-capable
-        and receive the model's Jacobian.
+        and receive the model's Jacobian. ``"CVODES"`` solves with the model compiled to C
+        and SUNDIALS' CVODES (BDF, the generated Jacobian), the whole solve in one call
+        (:meth:`~sklode.ODEModel.native_solver`); where the model cannot be compiled, or
+        for dense output, a batch or a backward solve, it is LSODA (a
+        :class:`~sklode.exceptions.CompilationWarning` says so once per model).
     rtol, atol : float
         Tolerances passed to :func:`scipy.integrate.solve_ivp`.
     dense_output : bool, default=False

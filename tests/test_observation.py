@@ -91,6 +91,39 @@ def test_jacobian_and_adjoint_gradient_match_finite_differences(noise_kind):
                     atol=1e-8 * np.abs(grad_adjoint).max())
 
 
+@pytest.mark.parametrize("noise_kind", ["absolute", "lognormal", "log10normal",
+                                        {"conc": "lognormal"}])
+@pytest.mark.parametrize("fisher", [False, True])
+def test_compiled_observation_jacobians_equal_torch(noise_kind, fisher):
+    # The chain rule on the compiled observe/noise_sd against torch's forward mode on the
+    # rows: the same derivatives, in another order of operations
+    import torch
+
+    from sklode._objective import observation_for
+
+    class IndexedPK(OralPK):  # observe and noise_sd on indexed states: programs of scalars
+        def observe(self, t, x, theta):
+            return torch.stack([x[..., 1] / theta[2]], dim=-1)
+
+        def noise_sd(self, t, y, theta):
+            return torch.stack([theta[3] + theta[4] * y[..., 0]], dim=-1)
+
+    sliced = observation_for(OralPK(), pk_experiments()[0], (0,), 1.0, noise_kind)
+    X = np.abs(np.random.default_rng(0).normal(5.0, 1.0, (pk_experiments()[0].t.size, 2)))
+    assert sliced._numpy_jacobians(X, PK_TRUTH, fisher) is None  # x[..., 1:2]: torch's
+    model = IndexedPK()
+    data = check_experiments(pk_experiments()[:2], None, model=model, estimate_x0=False,
+                             x0=[0, 0], t0=0.0, estimator_name="test")
+    e = data.experiments[0]
+    observation = observation_for(model, e, data.observed, 1.0, noise_kind)
+    X = np.abs(np.random.default_rng(0).normal(5.0, 1.0, (e.t.size, model.n_states)))
+    compiled = observation._numpy_jacobians(X, PK_TRUTH, fisher)
+    assert compiled is not None
+    rows = observation._fisher_rows if fisher else observation._rows
+    for got, expected in zip(compiled, observation._batched_jacobians(rows, X, PK_TRUTH)):
+        assert_allclose(got, expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
+
+
 def test_sensitivities_are_continuous_across_a_dose():
     model = TwoStates()
     t = np.linspace(0.5, 12, 24)

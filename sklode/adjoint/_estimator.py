@@ -180,7 +180,9 @@ class AdjointODE(ODEEstimator):
         limit, which also bounds its iterations).
     integrator : str, default="LSODA"
         Forward solver of the fit and of ``predict`` (:data:`sklode.integrate.INTEGRATORS`);
-        stiff ones are fine.
+        stiff ones are fine. ``"CVODES"``: the model compiled to C and solved by SUNDIALS'
+        CVODES with its own forward sensitivities (needs a C compiler and SUNDIALS; LSODA
+        with a :class:`~sklode.exceptions.CompilationWarning` otherwise).
     rtol : float, default=1e-8
         Relative tolerance of every forward solve.
     atol : float, default=1e-10

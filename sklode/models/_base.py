@@ -405,6 +405,7 @@ class ODEModel:
         state.pop("_pointwise_cache", None)
         state.pop("_native_cache", None)
         state.pop("_observation_reads", None)
+        state.pop("_observation_grid", None)
         state.pop("_checked_signature", None)
         return state
 

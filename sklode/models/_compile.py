@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["compile_field", "grid_functions"]
+__all__ = ["compile_field", "compile_grid", "grid_functions", "parameters_read"]
 
 logger = logging.getLogger("sklode")
 
@@ -563,8 +563,22 @@ def grid_functions(model, field):
     is not a scalar program. Each is checked against the pointwise functions on a random
     grid."""
     recorder, x, theta, out = field.recording
-    if not _is_scalar_program(recorder, x, theta, out):
+    try:
+        functions = _grid_program(recorder, x, theta, out, model.n_states, model.n_params,
+                                  model.n_states, repr(model))
+        _check_grid(model, field, functions)
+    except Exception as exc:  # noqa: BLE001 -- any failure means: keep the other paths
+        logger.debug("%r has no compiled grid functions: %s: %s", model,
+                     type(exc).__name__, exc)
         return None
+    return functions
+
+
+def _grid_program(recorder, x, theta, out, n_in, n_params, n_out, label):
+    """The recorded scalar program as grid functions ``(f, jac_x, jac_theta)``; raises
+    :class:`_Unsupported` where it is not a scalar program."""
+    if not _is_scalar_program(recorder, x, theta, out):
+        raise _Unsupported("not a program of scalar operations")
     recorder.vector = True
     try:
         lines = []
@@ -576,30 +590,81 @@ def grid_functions(model, field):
                              f"{recorder.source(op, args, kwargs, result.dim() == 0)}")
         head = ["t = np.asarray(t, dtype=np.float64)", "x_list = np.moveaxis(x, -1, 0)",
                 "theta_list = theta.tolist()"]
-        n, p = model.n_states, model.n_params
         sources = {"f": "def f(t, x, theta):\n" + "\n".join(
             f"    {line}" for line in head + lines) + f"\n    return np.broadcast_to("
-            f"{recorder.names[id(out)]}, x.shape[:-1] + ({n},)).astype(np.float64)\n"}
-        for name, seed, size in (("jac_x", x, n), ("jac_theta", theta, p)):
+            f"{recorder.names[id(out)]}, x.shape[:-1] + ({n_out},)).astype(np.float64)\n"}
+        for name, seed, size in (("jac_x", x, n_in), ("jac_theta", theta, n_params)):
             tangents = _Tangents(recorder, seed, size)
             result = tangents.run(out)
             body = head + ["d_seed = _EYE_" + name] + lines + tangents.lines
             sources[name] = (f"def {name}(t, x, theta):\n" + "\n".join(
                 f"    {line}" for line in body) + f"\n    return np.broadcast_to({result}, "
-                f"x.shape[:-1] + ({n}, {size})).astype(np.float64)\n")
-        scope = {"np": np, "math": math, **recorder.constants, "_EYE_jac_x": np.eye(n),
-                 "_EYE_jac_theta": np.eye(p)}
+                f"x.shape[:-1] + ({n_out}, {size})).astype(np.float64)\n")
+        scope = {"np": np, "math": math, **recorder.constants, "_EYE_jac_x": np.eye(n_in),
+                 "_EYE_jac_theta": np.eye(n_params)}
         for name, source in sources.items():
-            exec(compile(source, f"<sklode compiled {name} of {model!r} on grids>", "exec"),
+            exec(compile(source, f"<sklode compiled {name} of {label} on grids>", "exec"),
                  scope)
-        functions = (scope["f"], scope["jac_x"], scope["jac_theta"])
-        _check_grid(model, field, functions)
-    except Exception as exc:  # noqa: BLE001 -- any failure means: keep the other paths
-        logger.debug("%r has no compiled grid functions: %s: %s", model,
-                     type(exc).__name__, exc)
-        return None
+        return scope["f"], scope["jac_x"], scope["jac_theta"]
     finally:
         recorder.vector = False
+
+
+def compile_grid(function, n_in, n_params, n_out, label):
+    """Any ``function(t, x, theta)`` of torch operations (``x`` of shape ``(..., n_in)``,
+    output ``(..., n_out)``) as numpy grid functions ``(f, jac_x, jac_theta)``, checked
+    against torch on a random grid; None where it cannot be recorded or is not a program of
+    scalar operations. Used for observation and noise models.
+
+    Parameters
+    ----------
+    function : callable
+    n_in, n_params, n_out : int
+    label : str
+        For error messages and logs.
+
+    Returns
+    -------
+    tuple of callable or None
+        ``f(t, x, theta) -> (..., n_out)``, ``jac_x -> (..., n_out, n_in)``,
+        ``jac_theta -> (..., n_out, n_params)``.
+    """
+    inputs = {"t": torch.tensor(0.5, dtype=torch.float64),
+              "x": torch.linspace(0.7, 1.3, n_in, dtype=torch.float64),
+              "theta": torch.linspace(0.8, 1.2, n_params, dtype=torch.float64)}
+    recorder = _Recorder(inputs)
+    try:
+        with torch.inference_mode(), recorder:
+            out = function(inputs["t"], inputs["x"], inputs["theta"])
+        if not recorder.traced(out) or tuple(out.shape) != (n_out,):
+            raise _Unsupported("the output is not a traced (n_out,) tensor")
+        functions = _grid_program(recorder, inputs["x"], inputs["theta"], out, n_in, n_params,
+                                  n_out, label)
+        rng = np.random.default_rng(4)
+        x = rng.uniform(0.5, 2.0, (5, n_in))
+        t = rng.uniform(0.0, 10.0, 5)
+        theta = rng.uniform(0.5, 1.5, n_params)
+        xt = torch.tensor(x, requires_grad=True)
+        tht = torch.tensor(theta, requires_grad=True)
+        with torch.enable_grad():
+            value = function(torch.tensor(t), xt, tht)
+            rows = [torch.autograd.grad(value[:, i].sum(), (xt, tht), retain_graph=True,
+                                        allow_unused=True) for i in range(n_out)]
+        expected_f = value.detach().numpy()
+        expected_x = np.stack([np.zeros_like(x) if gx is None else gx.numpy()
+                               for gx, _ in rows], axis=1)
+        got_f, got_x = functions[0](t, x, theta), functions[1](t, x, theta)
+        got_theta = functions[2](t, x, theta).sum(axis=0)
+        expected_theta = np.stack([np.zeros(n_params) if gt is None else gt.numpy()
+                                   for _, gt in rows])
+        for got, expected in ((got_f, expected_f), (got_x, expected_x),
+                              (got_theta, expected_theta)):
+            if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-10,
+                                                              atol=1e-12, equal_nan=True):
+                raise _Unsupported("the grid function differs from torch on a random grid")
+    except Exception as exc:  # noqa: BLE001 -- any failure means: keep torch
+        logger.debug("%s keeps torch: %s: %s", label, type(exc).__name__, exc)
+        return None
     return functions
 
 

@@ -231,7 +231,10 @@ class PEtabProblem:
         theta0 : array-like of shape (n_estimated,), optional
             The first start (linear scale); default the nominal values.
         **settings
-            Other AdjointODE parameters (``rtol``, ``max_iter``, ``optimizer``, ...).
+            Other AdjointODE parameters (``rtol``, ``max_iter``, ``optimizer``,
+            ``integrator``, ...). The default integrator is ``"CVODES"`` (the model compiled
+            to C, CVODES' forward sensitivities) where this machine has a C compiler and
+            SUNDIALS, ``"LSODA"`` otherwise.
 
         Returns
         -------
@@ -239,6 +242,7 @@ class PEtabProblem:
             Unfitted; fit it on :attr:`experiments`.
         """
         from ..adjoint import AdjointODE
+        from ..models._native import native_unavailable_reason
 
         start = self.theta(None if theta0 is None else theta0)
         names = list(self.model.param_names)
@@ -257,7 +261,8 @@ class PEtabProblem:
         options = dict(theta0=inside, estimate_x0=False, fixed=fixed,
                        bounds=(lower, upper), positive=positive, noise_kind=self.noise_kind,
                        n_starts=n_starts, random_state=random_state, n_jobs=n_jobs,
-                       rtol=1e-8, atol=1e-10)
+                       rtol=1e-8, atol=1e-10,
+                       integrator="LSODA" if native_unavailable_reason() else "CVODES")
         options.update(settings)
         return AdjointODE(self.model, **options)
 
