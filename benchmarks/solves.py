@@ -108,16 +108,20 @@ def sklode_side(name, cache):
            "n_conditions": len(cases), "n_solves": len(cases), "checks_cpu_s": checks_cpu,
            "build_cpu_s": build_cpu, "native": native is not None,
            "native_reason": model.native_unavailable_reason()}
+    # sensitivities for the parameters the field reads, but the import's x0 shifts
+    # ("x0_weight:S", never estimated; AMICI has no such parameters)
+    params = None
     if native is not None:
-        out["sensitivity_params"] = [model.param_names[k]
-                                     for k in np.flatnonzero(native.param_in_field)]
+        params = [k for k in np.flatnonzero(native.param_in_field)
+                  if ":" not in model.param_names[k]]
+        out["sensitivity_params"] = [model.param_names[k] for k in params]
 
     def solve_all(integrator, with_sens):
         result = []
         for theta, x0, t0, t in cases:
             traj = forward_trajectory(model, theta, x0, t0, t, integrator=integrator,
                                       rtol=RTOL, atol=ATOL)
-            result.append(sensitivities(model, theta, traj, with_x0=False)
+            result.append(sensitivities(model, theta, traj, with_x0=False, params=params)
                           if with_sens else traj.states)
         return result
 
@@ -130,10 +134,51 @@ def sklode_side(name, cache):
         float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-300)) for x, y in zip(a, b))
     a, b = solve_all("LSODA", True), solve_all("CVODES", True)
     out["max_sensitivity_difference"] = max(
-        float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-300)) for x, y in zip(a, b))
+        float(np.max(np.abs(x[..., params] - y[..., params]))
+              / max(np.max(np.abs(x[..., params])), 1e-300)) for x, y in zip(a, b))
     if name in ("SEIRD", "Lorenz63"):
         out["odeint_numpy_cpu_s"] = _cpu(lambda: _odeint_numpy(name, cases))
+    out["sundials"] = _sundials_version()
+    # the same C model linked against the SUNDIALS that AMICI builds and bundles (7.x, its
+    # own optimisation flags): the integrator's speed is its build's
+    bundled = _amici_sundials()
+    if bundled is not None and native is not None:
+        previous = os.environ.get("SUNDIALS_DIR")
+        os.environ["SUNDIALS_DIR"] = bundled
+        try:
+            model, _ = sklode_cases(name)
+            if model.native_solver() is not None:
+                out["cvodes_bundled_cpu_s"] = _cpu(lambda: solve_all("CVODES", False))
+                out["cvodes_bundled_sens_cpu_s"] = _cpu(lambda: solve_all("CVODES", True))
+        finally:
+            if previous is None:
+                del os.environ["SUNDIALS_DIR"]
+            else:
+                os.environ["SUNDIALS_DIR"] = previous
     return out
+
+
+def _sundials_version():
+    from sklode.models._native import _sundials_flags
+
+    flags = _sundials_flags() or []
+    for flag in flags:
+        if flag.startswith("-I"):
+            config = Path(flag[2:]) / "sundials" / "sundials_config.h"
+            for line in config.read_text().splitlines():
+                if line.startswith("#define SUNDIALS_VERSION "):
+                    return f"{line.split()[-1].strip(chr(34))} ({flag[2:]})"
+    return None
+
+
+def _amici_sundials():
+    """AMICI's installation folder (include/ and lib/ with its SUNDIALS), or None."""
+    try:
+        import amici
+    except ImportError:
+        return None
+    folder = Path(amici.__file__).parent / "_installation"
+    return str(folder) if (folder / "include" / "cvodes" / "cvodes.h").is_file() else None
 
 
 def _distinct(cases, native):

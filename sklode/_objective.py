@@ -482,7 +482,8 @@ class LeastSquaresObjective(_Objective):
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
         if self.preequilibration is None:
-            S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0)
+            S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0,
+                              params=self._needed_params())
             S = self._unknown_columns(S)
         else:  # the start moves with theta through the steady state: chain it in
             n = self.n_states
@@ -503,6 +504,13 @@ class LeastSquaresObjective(_Objective):
         block = np.zeros((J_extra.shape[0], S.shape[-1]))
         block[:, : self.n_x0] = J_extra
         return np.vstack([J_data, block])
+
+    def _needed_params(self):
+        """This experiment's parameters whose sensitivities the fitted ones need (through
+        the conditions' map): the CVODES path integrates only those."""
+        if self.theta_map is None:
+            return np.flatnonzero(self.fitted)
+        return np.flatnonzero(np.any(self.theta_map[0][:, self.fitted] != 0, axis=1))
 
     def _unknown_columns(self, D, x0_part=True):
         """Derivatives in ``[x0 (all states, when estimated) | this experiment's theta]``
@@ -588,7 +596,7 @@ def _restricted(traj, index, t0):
     grid = np.union1d([t0], traj.grid[traj.obs_index][index])
     return Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
                       traj.states[index], None, traj.x0, traj.n_evaluations,
-                      native=lambda with_x0: native(with_x0)[index])
+                      native=lambda with_x0, params=None: native(with_x0, params)[index])
 
 
 def _share_solves(parts):

@@ -238,18 +238,25 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
                                              dict(options))
     cache = {}
 
-    def sensitivities_at(with_x0):
-        if with_x0 not in cache:
-            params = np.flatnonzero(native.param_in_field)
+    def sensitivities_at(with_x0, params=None):
+        # the parameters asked for that the field reads; the other columns are zero
+        read = native.param_in_field.copy()
+        if params is not None:
+            wanted = np.zeros_like(read)
+            wanted[params] = True
+            read &= wanted
+        columns = np.flatnonzero(read)
+        key = (with_x0, columns.tobytes())
+        if key not in cache:
             _, S, _ = _native_solve(native, model, theta, x0, t0, t_obs, doses, dict(options),
-                                    columns=(with_x0, params))
+                                    columns=(with_x0, columns))
             n = x0.size
             offset = n if with_x0 else 0
             full = np.zeros(S.shape[:2] + (offset + model.n_params,))
             full[..., :offset] = S[..., :offset]
-            full[..., offset + params] = S[..., offset:]
-            cache[with_x0] = full
-        return cache[with_x0]
+            full[..., offset + columns] = S[..., offset:]
+            cache[key] = full
+        return cache[key]
 
     return Trajectory(np.union1d([t0], t_obs), np.searchsorted(np.union1d([t0], t_obs), t_obs),
                       states, None, x0, n_evaluations, native=sensitivities_at)
@@ -359,7 +366,7 @@ class _MatrixFreeStages:
 
 
 # ----------------------------------------------------------------------------- the two passes
-def sensitivities(model, theta, traj, with_x0=True):
+def sensitivities(model, theta, traj, with_x0=True, params=None):
     """Forward sensitivities of the state at the observation times.
 
     Parameters
@@ -372,6 +379,9 @@ def sensitivities(model, theta, traj, with_x0=True):
         The stored forward solution (:func:`forward_trajectory`).
     with_x0 : bool, default=True
         Include the derivatives in the initial state.
+    params : array-like of int, optional
+        The parameters whose columns are needed (default all). The CVODES path integrates
+        only those (the others are returned as zeros); the scipy path computes every one.
 
     Returns
     -------
@@ -380,7 +390,7 @@ def sensitivities(model, theta, traj, with_x0=True):
         ``q = n_params`` when ``with_x0`` is False.
     """
     if traj.native is not None:  # CVODES' own forward sensitivities
-        return traj.native(with_x0)
+        return traj.native(with_x0, params)
     n = traj.x0.size
     p = model.n_params
     q = (n if with_x0 else 0) + p

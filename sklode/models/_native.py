@@ -326,7 +326,8 @@ def _sundials_flags():
             libs = [d for d in libs if d.is_dir()]
             flags = [f"-I{include}"] + [f"-L{d}" for d in libs] + \
                     [f"-Wl,-rpath,{d}" for d in libs]
-            core = any((d / "libsundials_core.so").exists() for d in libs)
+            core = any((d / f"libsundials_core{ext}").exists() for d in libs
+                       for ext in (".so", ".a", ".dylib"))  # SUNDIALS 7 has a core library
             return flags + [f"-l{name}" for name in _LIBRARIES + ["sundials_core"] * core]
     return None
 
