@@ -186,14 +186,21 @@ def fit_pair(name):
             model, t, Y, fit, base = system_problem(name)
             AdjointODE(model, **fit).fit(t, Y)  # warm: the model's field compiled, caches
             cpu, est = _best(lambda: AdjointODE(model, **fit).fit(t, Y))
+            AdjointODE(model, **fit, integrator="CVODES").fit(t, Y)  # warm: the C build
+            cv_cpu, cv_est = _best(lambda: AdjointODE(model, **fit, integrator="CVODES")
+                                   .fit(t, Y))
             base_cpu, res = _best(lambda: least_squares_fit(model, t, Y, **base))
         else:
             problem, data, est0 = seird_problem(name)
             est0.fit(data.t, data.Y)
             cpu, est = _best(lambda: seird_problem(name)[2].fit(data.t, data.Y))
+            seird_problem(name)[2].set_params(integrator="CVODES").fit(data.t, data.Y)
+            cv_cpu, cv_est = _best(lambda: seird_problem(name)[2].set_params(
+                integrator="CVODES").fit(data.t, data.Y))
             base_cpu, res = _best(lambda: least_squares_like_adjoint(problem, data.Y))
     return {"adjoint_cpu": cpu, "loop_cpu": base_cpu, "adjoint_cost": float(est.loss_history_[-1]),
-            "loop_cost": float(res.cost)}
+            "loop_cost": float(res.cost), "cvodes_cpu": cv_cpu,
+            "cvodes_cost": float(cv_est.loss_history_[-1])}
 
 
 def first_fit(name):
@@ -287,11 +294,15 @@ def main(parts):
                      f"{us(r['numpy_us'])} |")
     lines += ["", "## AdjointODE against the hand-written loop (CPU s)", "",
               "| system | AdjointODE warm | first fit, fresh process | hand-written loop | "
-              "warm / loop | cost (AdjointODE, loop) |", "|---|---|---|---|---|---|"]
+              "warm / loop | AdjointODE warm, CVODES | CVODES / loop | cost (AdjointODE, "
+              "CVODES, loop) |", "|---|---|---|---|---|---|---|---|"]
     for name, r in results["fits"].items():
+        cv = r.get("cvodes_cpu")
         lines.append(f"| {name} | {r['adjoint_cpu']:.2f} | {r['first_fit_cpu']:.2f} | "
                      f"{r['loop_cpu']:.2f} | {r['adjoint_cpu'] / r['loop_cpu']:.2f} | "
-                     f"{r['adjoint_cost']:.4g}, {r['loop_cost']:.4g} |")
+                     + (f"{cv:.2f} | {cv / r['loop_cpu']:.2f} | " if cv else "– | – | ")
+                     + f"{r['adjoint_cost']:.4g}, {r.get('cvodes_cost', float('nan')):.4g}, "
+                     f"{r['loop_cost']:.4g} |")
     p, c = results["predict"], results["cold"]
     lines += ["", "## predict on 20,000 times (CPU s)", "",
               f"AdjointODE.predict {p['predict_cpu']:.3f}; solve_ivp (LSODA) with a numpy "

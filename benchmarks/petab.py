@@ -152,9 +152,12 @@ def write_markdown(results):
             "",
             "Starts drawn uniformly in the parameter table's bounds on each parameter's "
             "scale (`problem.starts(n, random_state=0)`); sklode: `problem.estimator(theta0="
-            "start)` (AdjointODE, trf, forward sensitivities, rtol 1e-8); pyPESTO: Fides "
-            "with AMICI's forward sensitivities at rtol 1e-8 from the same points. 'within "
-            "0.1': starts whose final -log L is within 0.1 of that tool's best.",
+            "start)` (AdjointODE, trf, rtol 1e-8; `integrator=\"CVODES\"`, its default "
+            "where SUNDIALS is found: here Debian 12's SUNDIALS 6.4.1, CVODES' forward "
+            "sensitivities); pyPESTO: Fides with AMICI's forward sensitivities at rtol 1e-8 "
+            "from the same points (`benchmarks/petab_pypesto.py`, its own environment, run "
+            "after sklode's on the same day). 'within 0.1': starts whose final -log L is "
+            "within 0.1 of that tool's best.",
             "",
             "| problem | starts | nominal -log L | sklode best | within 0.1 | sklode CPU s | "
             "pyPESTO best | within 0.1 | pyPESTO CPU s |",

@@ -20,8 +20,9 @@ import warnings
 import numpy as np
 
 
-def snapshot():
-    """``{"problem/method": {"theta", "n_iter", "x0"} or {"error"}}`` for every applicable fit."""
+def snapshot(integrator=None):
+    """``{"problem/method": {"theta", "n_iter", "x0"} or {"error"}}`` for every applicable fit
+    (with ``integrator`` set on every estimator when given)."""
     from sklode.datasets import list_problems, make_trajectory
     from sklode.exceptions import SklodeError
     from sklode.registry import METHODS
@@ -33,6 +34,8 @@ def snapshot():
             if method.why_not(name):
                 continue
             est = method.make(name)
+            if integrator is not None:
+                est.set_params(integrator=integrator)
             key = f"{name}/{method_name}"
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -71,12 +74,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", help="write the snapshot here (JSON)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--integrator", help="set on every estimator (e.g. CVODES)")
     args = parser.parse_args(argv)
     if args.compare:
         before, after = (json.load(open(path)) for path in args.compare)
         print(compare(before, after))
         return 0
-    result = snapshot()
+    result = snapshot(args.integrator)
     if args.output:
         with open(args.output, "w") as fh:
             json.dump(result, fh, indent=1)

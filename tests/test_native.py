@@ -224,3 +224,45 @@ def test_vector_model_falls_back_with_one_warning():
     assert "LSODA" in str(compilation[0].message)
     b = simulate(model, [8.0], x0, [0.0, 0.5, 1.0], integrator="LSODA")
     np.testing.assert_array_equal(a, b)  # the fallback is the LSODA path itself
+
+
+@needs_native
+def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch):
+    # One dosing measured by two assays whose scale V differs (a condition on a parameter
+    # only observe reads): the field is the same, so one CVODES solve serves both
+    import sklode._objective as objective_module
+    from observation_models import PK_TRUTH, OralPK
+
+    from sklode import Experiment
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+
+    rng = np.random.default_rng(5)
+    t = np.linspace(0.5, 24, 16)
+    doses = [(0.0, "gut", 320.0)]
+    X = simulate(OralPK(), PK_TRUTH, [0, 0], t, t0=0.0, doses=[(0.0, 0, 320.0)])
+    experiments = []
+    for V in (30.0, 45.0):
+        conc = X[:, 1] / V
+        y = conc + (PK_TRUTH[3] + PK_TRUTH[4] * conc) * rng.standard_normal(conc.size)
+        experiments.append(Experiment(t[::-1] if V > 40 else t, (y[::-1] if V > 40 else y)
+                                      [:, None], x0=[0.0, 0.0], t0=0.0, doses=doses,
+                                      conditions={"V": V}))
+    fits = {}
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(objective_module, "_share_solves", lambda parts: None)
+        data = check_experiments(experiments, None, model=OralPK(), estimate_x0=False,
+                                 estimator_name="test")
+        objective, u = objective_for_experiments(OralPK(), data, theta0=PK_TRUTH * 1.1,
+                                                 integrator="CVODES", rtol=1e-11, atol=1e-12)
+        parts = objective.parts
+        if share:
+            assert parts[0].shared_solve is parts[1].shared_solve
+        else:
+            assert "shared_solve" not in parts[0].__dict__
+        fits[share] = objective.residual(u), objective.jacobian(u)
+    # the same solutions on the union of the times instead of each experiment's: equal to
+    # the integration error at 1e-11
+    np.testing.assert_allclose(fits[True][0], fits[False][0], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(fits[True][1], fits[False][1], rtol=1e-6, atol=1e-8)
