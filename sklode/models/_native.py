@@ -437,13 +437,12 @@ class NativeSolver:
         blowup : float
             A state norm above this stops the solve (``failure == "blowup"``).
         sens_x0 : bool
-            Sensitivities with respect to every component of ``x0`` (first columns).
+            Sensitivities with respect to every component of ``x0`` (the first columns).
         sens_params : ndarray of int, optional
-            Indices of the parameters to differentiate (after the ``x0`` columns).
+            Indices of the parameters to differentiate (the columns after those of ``x0``).
         s0 : ndarray (n_states, q), optional
-            The sensitivities at ``t0`` (default: the identity in the ``x0`` columns, zeros
-            in the parameters'); ``q`` columns, the first ``q - len(sens_params)`` of them
-            differentiated with respect to the initial state.
+            The sensitivities at ``t0`` (a solve continued after a dose); default the
+            identity in the ``x0`` columns and zeros in the parameters'.
 
         Returns
         -------
@@ -456,16 +455,14 @@ class NativeSolver:
         n = self.n_states
         params = np.zeros(0, dtype=np.intc) if sens_params is None else \
             np.ascontiguousarray(sens_params, dtype=np.intc)
-        if s0 is not None:
-            s0 = np.asarray(s0, dtype=np.float64)
-            sens_x0 = s0.shape[1] - params.size
-        columns = np.concatenate([np.full(n if sens_x0 is True else int(sens_x0), -1,
-                                          dtype=np.intc), params])
+        n_x0 = n if sens_x0 else 0
+        # column j differentiates theta[columns[j]], or x0 where it is -1 (no source term)
+        columns = np.concatenate([np.full(n_x0, -1, dtype=np.intc), params])
         q = columns.size
         if s0 is None:
             s0 = np.zeros((n, q))
-            s0[:, :n if sens_x0 else 0] = np.eye(n)[:, :n if sens_x0 else 0]
-        s0 = np.ascontiguousarray(s0.T if q else np.zeros((1, n)))
+            s0[:, :n_x0] = np.eye(n)[:, :n_x0]
+        s0 = np.ascontiguousarray(np.asarray(s0, dtype=np.float64).T if q else np.zeros((1, n)))
         times = np.ascontiguousarray(times, dtype=np.float64)
         states = np.empty((times.size, n))
         sens = np.empty((times.size, max(q, 1), n))
