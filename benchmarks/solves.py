@@ -267,7 +267,7 @@ def amici_side(name, sens_params):
         from amici.importers.sbml import SbmlImporter
 
         sbml = folder / f"{name}.xml"
-        params = _zoo_sbml(name, sbml)
+        _zoo_sbml(name, sbml)
         SbmlImporter(str(sbml)).sbml2amici(f"zoo_{name}", str(folder / name), verbose=False)
         module = amici.import_model_module(f"zoo_{name}", str(folder / name))
         model = module.get_model()

@@ -14,7 +14,7 @@ import torch
 from sklode import AdjointODE, ODEModel, simulate
 from sklode._sensitivity import forward_trajectory, sensitivities
 from sklode.exceptions import CompilationWarning, IntegrationError
-from sklode.models import SEIRD, Lorenz63, Lorenz96, LotkaVolterra
+from sklode.models import SEIRD, Lorenz63, Lorenz96, LogisticGrowth, LotkaVolterra
 from sklode.models._native import native_unavailable_reason
 
 needs_native = pytest.mark.skipif(native_unavailable_reason() is not None,
@@ -212,18 +212,42 @@ def test_build_is_cached_and_model_pickles(tmp_path, monkeypatch):
     assert np.all(np.isfinite(X))
 
 
-def test_vector_model_falls_back_with_one_warning():
-    model = Lorenz96(n_states=8)
-    x0 = np.linspace(1.0, 2.0, 8)
+class Branching(ODEModel):
+    """Python control flow on a value: cannot be recorded, so it cannot be compiled."""
+
+    state_names, param_names = ("x",), ("k",)
+
+    def rhs(self, t, x, theta):
+        if bool((x > -1e300).all()):
+            return -theta[0] * x
+        return theta[0] * x
+
+
+def test_uncompilable_model_falls_back_with_one_warning():
+    model = Branching()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        a = simulate(model, [8.0], x0, [0.0, 0.5, 1.0], integrator="CVODES")
-        simulate(model, [8.0], x0, [0.0, 0.5], integrator="CVODES")
+        a = simulate(model, [0.5], [2.0], [0.0, 0.5, 1.0], integrator="CVODES")
+        simulate(model, [0.5], [2.0], [0.0, 0.5], integrator="CVODES")
     compilation = [w for w in caught if issubclass(w.category, CompilationWarning)]
     assert len(compilation) == 1  # once per model
     assert "LSODA" in str(compilation[0].message)
-    b = simulate(model, [8.0], x0, [0.0, 0.5, 1.0], integrator="LSODA")
+    b = simulate(model, [0.5], [2.0], [0.0, 0.5, 1.0], integrator="LSODA")
     np.testing.assert_array_equal(a, b)  # the fallback is the LSODA path itself
+
+
+@needs_native
+@pytest.mark.parametrize("model, x0", [
+    (Lorenz96(n_states=12), np.linspace(1.0, 2.0, 12)), (LogisticGrowth(), [0.1])],
+    ids=["Lorenz96", "Logistic"])
+def test_vector_programs_are_unrolled(model, x0):
+    # rhs on whole vectors (roll, x ** 2): written element by element in C
+    assert model.native_solver() is not None, model.native_unavailable_reason()
+    theta, t = model.theta_guess(), np.linspace(0.0, 2.0, 9)
+    a = simulate(model, theta, x0, t, integrator="CVODES", rtol=1e-11, atol=1e-12)
+    b = simulate(model, theta, x0, t, integrator="LSODA", rtol=1e-11, atol=1e-12)
+    # Lorenz-96 is chaotic: 1e-11 solves still agree to ~1e-8 over two time units
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 @needs_native

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._compile import _BINARY, _IDENTITY, _is_scalar_program
+from ._compile import _BINARY, _IDENTITY
 
 __all__ = ["NativeSolver", "native_solver", "native_unavailable_reason"]
 
@@ -68,151 +68,235 @@ class _NotScalar(Exception):
     """The recorded program has an operation this generator does not write as C."""
 
 
+_MAX_LINES = 200_000  # a program unrolled beyond this many C lines is not compiled
+
+
 class _Program:
-    """The recorded scalar program as C statements: values, then the nonzero entries of the
-    tangents with respect to ``x`` and ``theta``."""
+    """The recorded program as C statements, unrolled: every tensor is an array (numpy,
+    dtype object) of C expressions, one per element, so that indexing, slicing, stacking,
+    rolling and broadcasting happen at generation time and each elementwise operation
+    becomes one line per element. The tangents with respect to ``x`` and ``theta`` are
+    arrays of the same shape holding, per element, the nonzero entries ``{index: C
+    expression}``."""
 
     def __init__(self, recorder, x, theta, out):
         self.rec = recorder
-        self.inputs = {id(x): "x", id(theta): "p"}
-        self.value = {}            # id(tensor) -> C expression of its value
-        self.tangent = {"x": {}, "p": {}}  # seed -> id(tensor) -> {index: C expression}
+        self.value = {id(x): np.array([f"x[{i}]" for i in range(x.numel())], dtype=object),
+                      id(theta): np.array([f"p[{k}]" for k in range(theta.numel())],
+                                          dtype=object)}
+        self.tangent = {"x": {id(x): _units(x.numel())}, "p": {id(theta): _units(theta.numel())}}
         self.value_lines = []
         self.tangent_lines = {"x": [], "p": []}
-        self.output = None
         # values that change along a solution (they depend on t or x), and the switching
         # functions of the comparisons among them: CVODES finds where one changes sign and
         # restarts there, as at a discontinuity of the field
         self.varying = {id(x)}
         self.roots = []
         for op, args, kwargs, result in recorder.tape:
-            self._record(op, args, kwargs, result, out)
-        if self.output is None:
-            raise _NotScalar("the output is not a stack of scalars")
+            self._record(op, args, kwargs, result)
+            if len(self.value_lines) > _MAX_LINES:
+                raise _NotScalar("the program unrolls to too many lines of C")
+        if id(out) not in self.value:
+            raise _NotScalar("the output is not computed from the inputs")
+        self.output = self.value[id(out)].reshape(-1)
+        self.output_tangent = {seed: self.tan(seed, out).reshape(-1) for seed in self.tangent}
 
     # ------------------------------------------------------------------ operands
     def ref(self, v):
+        """The value of an operand as an array of C expressions."""
         if isinstance(v, torch.Tensor):
             if id(v) in self.value:
                 return self.value[id(v)]
             name = self.rec.names.get(id(v))
             if name == "t":
-                return "t"
-            if name in self.rec.constants and np.ndim(self.rec.constants[name]) == 0:
-                return _literal(float(self.rec.constants[name]))
-            raise _NotScalar(f"operand {name!r} is not a scalar")
+                return np.array("t", dtype=object)
+            if name in self.rec.constants:
+                constant = np.asarray(self.rec.constants[name], dtype=np.float64)
+                return np.vectorize(_literal, otypes=[object])(constant)
+            raise _NotScalar(f"operand {name!r} of unknown origin")
         if isinstance(v, bool):
-            return "1.0" if v else "0.0"
+            return np.array("1.0" if v else "0.0", dtype=object)
         if isinstance(v, (int, float)):
-            return _literal(float(v))
+            return np.array(_literal(float(v)), dtype=object)
         raise _NotScalar(f"operand of type {type(v).__name__}")
 
     def tan(self, seed, v):
-        return self.tangent[seed].get(id(v), {}) if isinstance(v, torch.Tensor) else {}
+        """The operand's tangent: an array of ``{index: expression}`` (empty: constant)."""
+        shape = np.shape(self.ref(v))
+        if isinstance(v, torch.Tensor) and id(v) in self.tangent[seed]:
+            return self.tangent[seed][id(v)]
+        return _empty(shape)
 
     def _varies(self, v):
         return isinstance(v, torch.Tensor) and (id(v) in self.varying
                                                 or self.rec.names.get(id(v)) == "t")
 
-    def _name(self, result, expression):
-        name = f"v{len(self.value_lines)}"
-        self.value_lines.append(f"const double {name} = {expression};")
-        self.value[id(result)] = name
-        return name
+    def _keep(self, result, value, tangents):
+        """Store a result computed by a shape operation (no new C lines)."""
+        self.value[id(result)] = np.asarray(value, dtype=object).reshape(tuple(result.shape))
+        for seed, tangent in tangents.items():
+            self.tangent[seed][id(result)] = np.asarray(tangent, dtype=object).reshape(
+                tuple(result.shape))
 
-    def _set_tangent(self, seed, result, entries):
-        entries = {k: e for k, e in entries.items() if e is not None}
-        if not entries:
-            return
-        base = self.value[id(result)]
-        names = {}
-        for k, expression in sorted(entries.items()):
-            names[k] = f"d{seed}_{base}_{k}"
-            self.tangent_lines[seed].append(f"const double {names[k]} = {expression};")
-        self.tangent[seed][id(result)] = names
+    def _elementwise(self, result, operands, value_of, derivatives_of):
+        """One C line per element of ``result``: ``value_of(*values)`` and, per seed, the
+        chain rule ``sum_j derivative_j * d operand_j``; ``derivatives_of(values, r)``
+        returns one factor (or None: no dependence) per operand."""
+        values = np.broadcast_arrays(*[self.ref(v) for v in operands])
+        shape = values[0].shape
+        if shape != tuple(result.shape):
+            raise _NotScalar(f"a broadcast to {tuple(result.shape)} from {shape}")
+        names = np.empty(shape, dtype=object)
+        tangents = {seed: np.empty(shape, dtype=object) for seed in self.tangent}
+        operand_tangents = {seed: np.broadcast_arrays(*[self.tan(seed, v) for v in operands])
+                            for seed in self.tangent}
+        for index in np.ndindex(shape):
+            elements = [v[index] for v in values]
+            name = f"v{len(self.value_lines)}"
+            self.value_lines.append(f"const double {name} = {value_of(*elements)};")
+            names[index] = name
+            factors = derivatives_of(elements, name)
+            for seed in self.tangent:
+                entries = {}
+                for factor, d in zip(factors, (t[index] for t in operand_tangents[seed])):
+                    if factor is None:
+                        continue
+                    for k, dk in d.items():
+                        term = dk if factor == "1.0" else f"({factor}) * {dk}"
+                        entries[k] = term if k not in entries else f"{entries[k]} + {term}"
+                named = {}
+                for k, expression in sorted(entries.items()):
+                    named[k] = f"d{seed}_{name}_{k}"
+                    self.tangent_lines[seed].append(f"const double {named[k]} = {expression};")
+                tangents[seed][index] = named
+        self.value[id(result)] = names
+        for seed in self.tangent:
+            self.tangent[seed][id(result)] = tangents[seed]
+        return names
 
     # ------------------------------------------------------------------ one operation
-    def _record(self, op, args, kwargs, result, out):  # noqa: C901 -- one branch per kind
+    def _record(self, op, args, kwargs, result):  # noqa: C901 -- one branch per kind
         operands = [v for a in list(args) + list(kwargs.values())
                     for v in (a if isinstance(a, (list, tuple)) else [a])]
         if any(self._varies(v) for v in operands):
             for r in (result if isinstance(result, (list, tuple)) else [result]):
                 self.varying.add(id(r))
-        if isinstance(result, (tuple, list)):  # unbind of x or theta: its scalars
-            seed = self.inputs.get(id(args[0]))
-            if op != "unbind" or seed is None:
+        T = self.tangent
+        if isinstance(result, (tuple, list)):  # unbind along dim 0
+            if op != "unbind" or kwargs.get("dim", args[1] if len(args) > 1 else 0) != 0:
                 raise _NotScalar(op)
+            value = self.ref(args[0])
             for i, r in enumerate(result):
-                self.value[id(r)] = f"{seed}[{i}]"
-                self.tangent[seed][id(r)] = {i: "1.0"}
+                self._keep(r, value[i], {s: self.tan(s, args[0])[i] for s in T})
             return
-        if result is out:
-            if op != "stack" or not all(v.dim() == 0 for v in args[0]):
-                raise _NotScalar(f"the output is made by {op}")
-            self.output = args[0]
-            return
-        if op == "__getitem__":
-            index = args[1]
-            if isinstance(index, tuple) and len(index) == 2 and index[0] is Ellipsis:
-                index = index[1]
-            seed = self.inputs.get(id(args[0]))
-            if seed is None or not isinstance(index, int):
-                raise _NotScalar("indexing other than x[i] or theta[i]")
-            self.value[id(result)] = f"{seed}[{index}]"
-            self.tangent[seed][id(result)] = {index: "1.0"}
-            return
+        if not isinstance(result, torch.Tensor):
+            raise _NotScalar(f"{op} returning {type(result).__name__}")
         if op in _IDENTITY:
-            self.value[id(result)] = self.ref(args[0])
-            for seed in self.tangent:
-                if self.tan(seed, args[0]):
-                    self.tangent[seed][id(result)] = self.tan(seed, args[0])
-            return
-        if op in _BINARY and len(args) == 2:
+            self._keep(result, self.ref(args[0]), {s: self.tan(s, args[0]) for s in T})
+        elif op == "__getitem__":
+            index = args[1]
+            self._keep(result, self.ref(args[0])[index],
+                       {s: self.tan(s, args[0])[index] for s in T})
+        elif op in ("stack", "cat", "concatenate"):
+            tensors = args[0]
+            axis = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+            join = np.stack if op == "stack" else np.concatenate
+            self._keep(result, join([self.ref(v) for v in tensors], axis=axis),
+                       {s: join([self.tan(s, v) for v in tensors], axis=axis) for s in T})
+        elif op == "roll":
+            shifts = kwargs.get("shifts", args[1] if len(args) > 1 else None)
+            dims = kwargs.get("dims", args[2] if len(args) > 2 else None)
+            self._keep(result, np.roll(self.ref(args[0]), shifts, axis=dims),
+                       {s: np.roll(self.tan(s, args[0]), shifts, axis=dims) for s in T})
+        elif op in ("reshape", "view", "unsqueeze"):
+            shape = tuple(result.shape)
+            self._keep(result, self.ref(args[0]).reshape(shape),
+                       {s: self.tan(s, args[0]).reshape(shape) for s in T})
+        elif op in ("expand", "expand_as", "broadcast_to"):
+            shape = tuple(result.shape)
+            self._keep(result, np.broadcast_to(self.ref(args[0]), shape),
+                       {s: np.broadcast_to(self.tan(s, args[0]), shape) for s in T})
+        elif op in ("sum", "mean"):
+            self._reduce(op, args, kwargs, result)
+        elif op in ("zeros_like", "ones_like"):
+            fill = "0.0" if op == "zeros_like" else "1.0"
+            self._keep(result, np.full(tuple(result.shape), fill, dtype=object), {})
+        elif op in _BINARY and len(args) == 2:
             self._binary(op, args, kwargs, result)
         elif op in _C_UNARY and len(args) == 1 and not kwargs:
             function, derivative = _C_UNARY[op]
-            a = self.ref(args[0])
-            r = self._name(result, function.format(a=a))
-            for seed in self.tangent:
-                if derivative is not None:
-                    factor = derivative.format(a=a, r=r)
-                    self._set_tangent(seed, result, {k: f"({factor}) * {d}" for k, d in
-                                                     self.tan(seed, args[0]).items()})
+            self._elementwise(
+                result, [args[0]], lambda a: function.format(a=a),
+                lambda e, r: [None if derivative is None else derivative.format(a=e[0], r=r)])
         elif op in ("maximum", "minimum", "fmax", "fmin"):
-            a, b = self.ref(args[0]), self.ref(args[1])
             test = ">=" if op in ("maximum", "fmax") else "<="
-            condition = f"({a} {test} {b})"
-            self._name(result, f"({condition} ? {a} : {b})")
-            self._choose(condition, args[0], args[1], result)
+            self._elementwise(result, [args[0], args[1]],
+                              lambda a, b: f"(({a} {test} {b}) ? {a} : {b})",
+                              lambda e, r: [f"(({e[0]} {test} {e[1]}) ? 1.0 : 0.0)",
+                                            f"(({e[0]} {test} {e[1]}) ? 0.0 : 1.0)"])
         elif op == "where" and len(args) == 3:
-            condition = f"({self.ref(args[0])} != 0.0)"
-            a, b = self.ref(args[1]), self.ref(args[2])
-            self._name(result, f"({condition} ? {a} : {b})")
-            self._choose(condition, args[1], args[2], result)
+            self._elementwise(result, list(args),
+                              lambda c, a, b: f"(({c} != 0.0) ? {a} : {b})",
+                              lambda e, r: [None, f"(({e[0]} != 0.0) ? 1.0 : 0.0)",
+                                            f"(({e[0]} != 0.0) ? 0.0 : 1.0)"])
         elif op in ("clamp", "clip"):
             low = kwargs.get("min", args[1] if len(args) > 1 else None)
             high = kwargs.get("max", args[2] if len(args) > 2 else None)
-            a = self.ref(args[0])
-            value, inside = a, []
-            if low is not None:
-                value = f"fmax({value}, {self.ref(low)})"
-                inside.append(f"({a} >= {self.ref(low)})")
-            if high is not None:
-                value = f"fmin({value}, {self.ref(high)})"
-                inside.append(f"({a} <= {self.ref(high)})")
-            self._name(result, value)
-            condition = " && ".join(inside) or "1"
-            for seed in self.tangent:
-                self._set_tangent(seed, result, {k: f"(({condition}) ? {d} : 0.0)"
-                                                 for k, d in self.tan(seed, args[0]).items()})
+            bounds = [b for b in (low, high) if b is not None]
+
+            def value_of(a, *limits):
+                out, k = a, 0
+                if low is not None:
+                    out, k = f"fmax({out}, {limits[k]})", k + 1
+                if high is not None:
+                    out = f"fmin({out}, {limits[k]})"
+                return out
+
+            def derivatives_of(e, r):
+                inside, k = [], 1
+                if low is not None:
+                    inside.append(f"({e[0]} >= {e[k]})")
+                    k += 1
+                if high is not None:
+                    inside.append(f"({e[0]} <= {e[k]})")
+                return [f"(({' && '.join(inside) or '1'}) ? 1.0 : 0.0)"] + [None] * len(bounds)
+
+            self._elementwise(result, [args[0]] + bounds, value_of, derivatives_of)
         else:
             raise _NotScalar(op)
 
-    def _choose(self, condition, a, b, result):
-        for seed in self.tangent:
-            da, db = self.tan(seed, a), self.tan(seed, b)
-            self._set_tangent(seed, result, {k: f"({condition} ? {da.get(k, '0.0')} : "
-                                                f"{db.get(k, '0.0')})" for k in {*da, *db}})
+    def _reduce(self, op, args, kwargs, result):
+        axis = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        value = self.ref(args[0])  # (keepdim: the result's shape says it)
+        axes = tuple(range(value.ndim)) if axis is None else tuple(
+            a % value.ndim for a in (axis if isinstance(axis, (list, tuple)) else [axis]))
+        moved = np.moveaxis(value, axes, tuple(range(-len(axes), 0)))
+        outer = moved.shape[:moved.ndim - len(axes)]
+        count = int(np.prod(moved.shape[len(outer):]))
+        flat = moved.reshape(outer + (count,))
+        tangents = {s: np.moveaxis(self.tan(s, args[0]), axes, tuple(range(-len(axes), 0)))
+                    .reshape(outer + (count,)) for s in self.tangent}
+        scale = f" / {float(count)!r}" if op == "mean" else ""
+        names = np.empty(outer, dtype=object)
+        reduced = {s: np.empty(outer, dtype=object) for s in self.tangent}
+        for index in np.ndindex(outer):
+            name = f"v{len(self.value_lines)}"
+            self.value_lines.append(f"const double {name} = ({' + '.join(flat[index])}){scale};")
+            names[index] = name
+            for s in self.tangent:
+                entries = {}
+                for d in tangents[s][index]:
+                    for k, dk in d.items():
+                        entries.setdefault(k, []).append(dk)
+                named = {}
+                for k, terms in sorted(entries.items()):
+                    named[k] = f"d{s}_{name}_{k}"
+                    self.tangent_lines[s].append(
+                        f"const double {named[k]} = ({' + '.join(terms)}){scale};")
+                reduced[s][index] = named
+        shape = tuple(result.shape)
+        self._keep(result, names.reshape(shape), {s: reduced[s].reshape(shape)
+                                                  for s in self.tangent})
 
     def _binary(self, op, args, kwargs, result):
         symbol = _BINARY[op]
@@ -221,67 +305,60 @@ class _Program:
             symbol, left, right = symbol[1:], right, left
         if symbol == "@":
             raise _NotScalar("matmul")
-        a, b = self.ref(left), self.ref(right)
         alpha = kwargs.get("alpha")
-        if alpha is not None:
-            b = f"({self.ref(alpha)} * {b})"
-        elif kwargs:
+        if kwargs and alpha is None:
             raise _NotScalar(f"{op} with {sorted(kwargs)}")
+        scale = "" if alpha is None else f"{_literal(float(alpha))} * "
         if symbol in _COMPARISONS:
-            self._name(result, f"(({a} {symbol} {b}) ? 1.0 : 0.0)")
+            start = len(self.value_lines)
+            names = self._elementwise(result, [left, right],
+                                      lambda a, b: f"(({a} {symbol} {b}) ? 1.0 : 0.0)",
+                                      lambda e, r: [None, None])
             if self._varies(left) or self._varies(right):
-                self.roots.append((len(self.value_lines), f"{a} - {b}"))
+                a, b = np.broadcast_arrays(self.ref(left), self.ref(right))
+                for k, index in enumerate(np.ndindex(names.shape)):
+                    self.roots.append((start + k + 1, f"{a[index]} - {scale}{b[index]}"))
             return
         if symbol == "**":
-            r = self._name(result, f"pow({a}, {b})")
+            value_of = lambda a, b: f"pow({a}, {b})"  # noqa: E731
+            derivatives = lambda e, r: [f"{e[1]} * pow({e[0]}, {e[1]} - 1.0)",  # noqa: E731
+                                        f"{r} * log({e[0]})"]
+        elif symbol in ("+", "-"):
+            value_of = lambda a, b: f"({a} {symbol} {scale}{b})"  # noqa: E731
+            second = ("" if symbol == "+" else "-") + (
+                "1.0" if alpha is None else _literal(float(alpha)))
+            derivatives = lambda e, r: ["1.0", second]  # noqa: E731
+        elif symbol == "*":
+            value_of = lambda a, b: f"({a} * {b})"  # noqa: E731
+            derivatives = lambda e, r: [e[1], e[0]]  # noqa: E731
+        elif symbol == "/":
+            value_of = lambda a, b: f"({a} / {b})"  # noqa: E731
+            derivatives = lambda e, r: [f"1.0 / {e[1]}", f"-{r} / {e[1]}"]  # noqa: E731
         else:
-            r = self._name(result, f"({a} {symbol} {b})")
-        scale = f"{self.ref(alpha)} * " if alpha is not None else ""
-        for seed in self.tangent:
-            da, db = self.tan(seed, left), self.tan(seed, right)
-            entries = {}
-            for k in {*da, *db}:
-                dak, dbk = da.get(k), db.get(k)
-                terms = []
-                if symbol in ("+", "-"):
-                    terms += [dak] if dak else []
-                    terms += [f"{'' if symbol == '+' else '-'}{scale}{dbk}"] if dbk else []
-                elif symbol == "*":
-                    terms += [f"{dak} * {b}"] if dak else []
-                    terms += [f"{a} * {scale}{dbk}"] if dbk else []
-                elif symbol == "/":
-                    top = dak or "0.0"
-                    if dbk:
-                        top = f"({top} - {r} * {scale}{dbk})"
-                    terms.append(f"{top} / {b}")
-                elif symbol == "**":
-                    if dak:
-                        terms.append(f"{b} * pow({a}, {b} - 1.0) * {dak}")
-                    if dbk:
-                        terms.append(f"{r} * log({a}) * {scale}{dbk}")
-                entries[k] = " + ".join(f"({t})" for t in terms) if terms else None
-            self._set_tangent(seed, result, entries)
+            raise _NotScalar(f"operator {symbol}")
+        self._elementwise(result, [left, right], value_of, derivatives)
 
     # ------------------------------------------------------------------ the C source
     def source(self, n_states, n_params):
         lines = ["#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
                  f"#define NX {n_states}", f"#define NP {n_params}"]
-        outputs = [self.ref(v) for v in self.output]
         body = "\n".join(f"    {line}" for line in self.value_lines)
         lines.append("static void model_f(double t, const double *x, const double *p, "
                      "double *dx) {\n    (void)t; (void)x; (void)p;\n" + body + "\n" +
-                     "\n".join(f"    dx[{i}] = {o};" for i, o in enumerate(outputs)) + "\n}")
-        for seed, name, size in (("x", "jx", n_states), ("p", "jp", n_params)):
+                     "\n".join(f"    dx[{i}] = {o};" for i, o in enumerate(self.output)) +
+                     "\n}")
+        for seed, name in (("x", "jx"), ("p", "jp")):
             rows, cols, values = [], [], []
-            for i, v in enumerate(self.output):
-                for k, expression in sorted(self.tan(seed, v).items()):
+            for i, entries in enumerate(self.output_tangent[seed]):
+                for k, expression in sorted(entries.items()):
                     rows.append(i)
                     cols.append(k)
                     values.append(expression)
             upper = name.upper()
             lines.append(f"#define NNZ_{upper[1]} {len(values)}")
-            lines.append(f"static const int {upper}_ROW[] = {{{', '.join(map(str, rows)) or '0'}}};")
-            lines.append(f"static const int {upper}_COL[] = {{{', '.join(map(str, cols)) or '0'}}};")
+            for label, entries in (("ROW", rows), ("COL", cols)):
+                listed = ", ".join(map(str, entries)) or "0"
+                lines.append(f"static const int {upper}_{label}[] = {{{listed}}};")
             tangents = "\n".join(f"    {line}" for line in self.tangent_lines[seed])
             lines.append(
                 f"static void model_{name}(double t, const double *x, const double *p, "
@@ -297,6 +374,21 @@ class _Program:
                      "\n" + "\n".join(f"    g[{i}] = {e};" for i, (_, e) in
                                        enumerate(self.roots)) + "\n}")
         return "\n".join(lines) + "\n"
+
+
+def _units(n):
+    """Tangents of an input of size n with respect to itself: element i is ``{i: 1}``."""
+    out = np.empty(n, dtype=object)
+    for i in range(n):
+        out[i] = {i: "1.0"}
+    return out
+
+
+def _empty(shape):
+    out = np.empty(shape, dtype=object)
+    for index in np.ndindex(shape):
+        out[index] = {}
+    return out
 
 
 def _literal(value):
@@ -497,8 +589,6 @@ def native_solver(model, field):
     if field is None or not hasattr(field, "recording"):
         return None, "rhs does not compile to a program of torch operations"
     recorder, x, theta, out = field.recording
-    if not _is_scalar_program(recorder, x, theta, out):
-        return None, "rhs is not a program of scalar operations (a vector model)"
     try:
         program = _Program(recorder, x, theta, out)
         source = program.source(model.n_states, model.n_params) + _DRIVER.read_text()
@@ -506,9 +596,8 @@ def native_solver(model, field):
     except (_NotScalar, RuntimeError, OSError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     in_field = np.zeros(model.n_params, dtype=bool)
-    for v in program.output:
-        for k in program.tan("p", v):
-            in_field[k] = True
+    for entries in program.output_tangent["p"]:
+        in_field[list(entries)] = True
     solver = NativeSolver(lib, solve, model.n_states, model.n_params, in_field)
     problem = _check(model, field, solver)
     if problem:
