@@ -113,7 +113,8 @@ class BoundWarning(UserWarning):
 
 class CompilationWarning(UserWarning):
     """``integrator="CVODES"`` was asked for but the model could not be compiled (no C
-    compiler or SUNDIALS here, or an ``rhs`` that is not a program of scalar operations):
+    compiler or SUNDIALS here, or an ``rhs`` that cannot be recorded, such as Python control
+    flow on a value):
     the solve runs on scipy's LSODA instead, with the same tolerances. Said once per model."""
 
 

@@ -387,7 +387,8 @@ class ODEModel:
         -------
         str or None
             A sentence naming what is missing (a C compiler, SUNDIALS) or what the generator
-            cannot write (an ``rhs`` that is not a program of scalar operations).
+            cannot write (an ``rhs`` with Python control flow on a value, or an operation it does
+            not know).
         """
         self.native_solver()
         return self.__dict__["_native_cache"][1]

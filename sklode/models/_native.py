@@ -12,9 +12,10 @@ sensitivities when asked.
 
 It needs a C compiler (``cc``, or ``$CC``) and SUNDIALS' headers and libraries (Debian/Ubuntu:
 ``apt-get install libsundials-dev``; conda: ``sundials``; or ``$SUNDIALS_DIR`` with
-``include/`` and ``lib/``). Where any of that is missing, or the program is not a program of
-scalar operations (vector models such as Lorenz-96), :func:`native_solver` returns None with
-the reason, and callers keep the scipy path. Every compiled model is checked against the
+``include/`` and ``lib/``). Vector programs (slices, ``theta * x``, rolls, sums) are
+unrolled element by element at generation time. Where anything is missing, or ``rhs`` cannot
+be recorded (Python control flow on a value), :func:`native_solver` returns None with the
+reason, and callers keep the scipy path. Every compiled model is checked against the
 numpy field and Jacobians at random points before it is used.
 """
 
@@ -587,7 +588,7 @@ def native_solver(model, field):
     if reason is not None:
         return None, reason
     if field is None or not hasattr(field, "recording"):
-        return None, "rhs does not compile to a program of torch operations"
+        return None, "rhs cannot be recorded as a program of torch operations (Python control flow on a value, or an operation the recorder does not know)"
     recorder, x, theta, out = field.recording
     try:
         program = _Program(recorder, x, theta, out)
