@@ -592,11 +592,20 @@ class _SharedSolve:
 
 def _restricted(traj, index, t0):
     """A CVODES trajectory at a subset ``index`` of its observation times."""
-    native = traj.native
+    native, scipy = traj.native, traj.scipy
     grid = np.union1d([t0], traj.grid[traj.obs_index][index])
-    return Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
-                      traj.states[index], None, traj.x0, traj.n_evaluations,
-                      native=lambda with_x0, params=None: native(with_x0, params)[index])
+
+    def scipy_subset():
+        whole = scipy()
+        return Trajectory(whole.grid, whole.obs_index[index], whole.states[index], whole.dense,
+                          whole.x0, whole.n_evaluations)
+
+    subset = Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
+                        traj.states[index], None, traj.x0, traj.n_evaluations,
+                        native=lambda with_x0, params=None: native(with_x0, params)[index],
+                        scipy=scipy_subset)
+    subset.native_reads = traj.native_reads
+    return subset
 
 
 def _share_solves(parts):

@@ -46,6 +46,17 @@ _CHUNK_ENTRIES = 8_000_000
 # Above this many states the stage systems are solved by fixed-point iteration (cost n^2 per
 # sweep) instead of a dense (3n)^3 factorisation per step.
 _DIRECT_MAX_STATES = 48
+# CVODES' forward sensitivities cost grows with columns x states; above these products the
+# collocation passes on a LSODA trajectory are used instead. Where the two cross depends on
+# stiffness (Debian 12's SUNDIALS 6.4.1; benchmarks/results/crossover.md and forward.md):
+# on the non-stiff Lorenz-96 with every x0 estimated, 20 x 21 = 420 costs CVODES 0.30 s
+# against the collocation forward pass's 0.22 and the adjoint's 0.20, 40 x 41 = 1,640 1.19
+# against 0.81 / 0.62, 80 x 81 = 6,480 6.9 against the adjoint's 0.56; on the stiff PEtab
+# models CVODES wins at every size measured, up to Zheng's 15 x 47 = 705 (0.053 s against
+# 0.157). The limits keep CVODES where it wins or loses little and leave it where it loses
+# by an order of magnitude.
+NATIVE_MAX_WORK_JACOBIAN = 2000
+NATIVE_MAX_WORK_GRADIENT = 1000
 # Above this many states the adjoint pass uses VJPs instead of materialised Jacobians
 # (Lorenz-96 gradient: 0.33 -> 0.12 s at n = 320; at n = 60 materialising was 2x faster).
 _MATRIX_FREE_MIN_STATES = 128
@@ -69,11 +80,15 @@ class Trajectory:
         Vector-field evaluations of the forward solve.
     native : callable or None
         For a CVODES solve (``integrator="CVODES"``, no dense output, no step grid):
-        ``native(with_x0)`` solves again with forward sensitivities, which then replace both
-        derivative passes.
+        ``native(with_x0, params)`` solves again with forward sensitivities, which then
+        replace both derivative passes while the columns are few.
+    scipy : callable or None
+        For a CVODES solve: the same solution by LSODA with dense output (built on first
+        call), for the collocation passes where the columns are many.
     """
 
-    def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None):
+    def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
+                 scipy=None):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
@@ -81,6 +96,7 @@ class Trajectory:
         self.x0 = x0
         self.n_evaluations = n_evaluations
         self.native = native
+        self.scipy = scipy
 
 
 class _PiecewiseDense:
@@ -259,8 +275,32 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
             cache[key] = full
         return cache[key]
 
-    return Trajectory(np.union1d([t0], t_obs), np.searchsorted(np.union1d([t0], t_obs), t_obs),
-                      states, None, x0, n_evaluations, native=sensitivities_at)
+    rebuilt = []
+
+    def scipy():
+        if not rebuilt:
+            rebuilt.append(forward_trajectory(model, theta, x0, t0, t_obs, integrator="LSODA",
+                                              rtol=options["rtol"], atol=options["atol"],
+                                              doses=doses))
+        return rebuilt[0]
+
+    traj = Trajectory(np.union1d([t0], t_obs), np.searchsorted(np.union1d([t0], t_obs), t_obs),
+                      states, None, x0, n_evaluations, native=sensitivities_at, scipy=scipy)
+    traj.native_reads = native.param_in_field
+    return traj
+
+
+def _native_columns(model, traj, with_x0, params=None):
+    """How many sensitivity columns CVODES would integrate for this request."""
+    read = getattr(traj, "native_reads", None)
+    n = traj.x0.size if with_x0 else 0
+    if read is None:
+        read = np.ones(model.n_params, dtype=bool)
+    if params is not None:
+        wanted = np.zeros_like(read)
+        wanted[params] = True
+        read = read & wanted
+    return n + int(read.sum())
 
 
 # ----------------------------------------------------------------------------- stage algebra
@@ -390,8 +430,11 @@ def sensitivities(model, theta, traj, with_x0=True, params=None):
         ``dx(t_i)/d[x0, theta]`` with ``q = n_states + n_params`` (x0 columns first), or
         ``q = n_params`` when ``with_x0`` is False.
     """
-    if traj.native is not None:  # CVODES' own forward sensitivities
-        return traj.native(with_x0, params)
+    if traj.native is not None:
+        if traj.x0.size * _native_columns(model, traj, with_x0, params) \
+                <= NATIVE_MAX_WORK_JACOBIAN:
+            return traj.native(with_x0, params)  # CVODES' own forward sensitivities
+        traj = traj.scipy()  # many columns: the collocation pass on LSODA's trajectory
     n = traj.x0.size
     p = model.n_params
     q = (n if with_x0 else 0) + p
@@ -477,10 +520,12 @@ def adjoint_gradient(model, theta, traj, jumps):
     grad_theta : ndarray (n_params,)
         ``integral of f_theta^T p dt`` by the collocation quadrature.
     """
-    if traj.native is not None:  # a CVODES trajectory: from its forward sensitivities
-        S = traj.native(True)
-        g = np.einsum("ia,iaq->q", jumps, S)
-        return g[:traj.x0.size], g[traj.x0.size:]
+    if traj.native is not None:
+        if traj.x0.size * _native_columns(model, traj, True) <= NATIVE_MAX_WORK_GRADIENT:
+            S = traj.native(True)  # few columns: CVODES' forward sensitivities
+            g = np.einsum("ia,iaq->q", jumps, S)
+            return g[:traj.x0.size], g[traj.x0.size:]
+        traj = traj.scipy()  # many: the adjoint on LSODA's trajectory
     n = traj.x0.size
     n_steps = traj.grid.size - 1
     g = np.zeros((traj.grid.size, n))

@@ -290,3 +290,33 @@ def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch)
     # the integration error at 1e-11
     np.testing.assert_allclose(fits[True][0], fits[False][0], rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(fits[True][1], fits[False][1], rtol=1e-6, atol=1e-8)
+
+
+@needs_native
+def test_many_columns_switch_to_the_collocation_passes():
+    # Lorenz-96 with 40 states and x0 estimated: 40 x 41 above the gradient's work limit, so
+    # the gradient is the adjoint on a LSODA trajectory; the objective is the CVODES one
+    import sklode._sensitivity as sensitivity
+    from sklode._objective import build_objective
+
+    assert sensitivity.NATIVE_MAX_WORK_GRADIENT < 40 * 41
+    model = Lorenz96(n_states=40)
+    rng = np.random.default_rng(0)
+    x0 = 8.0 + rng.normal(0.0, 1.0, 40)
+    t = np.linspace(0.0, 1.0, 11)
+    Y = simulate(model, [8.0], x0, t) + rng.normal(0.0, 0.1, (11, 40))
+    gradients = {}
+    for integrator in ("CVODES", "LSODA"):
+        objective, u = build_objective(model, t, Y, theta0=[7.5], x0=x0 + 0.1, t0=0.0,
+                                       integrator=integrator, rtol=1e-11, atol=1e-12)
+        traj = objective._evaluate(np.asarray(u, dtype=np.float64))[0]  # cached: reused
+        assert (traj.native is not None) == (integrator == "CVODES")
+        calls = []
+        if traj.native is not None:
+            native = traj.native
+            traj.native = lambda *args: calls.append(args) or native(*args)
+        gradients[integrator] = objective.value_and_grad(np.asarray(u, dtype=np.float64))[1]
+        assert calls == []  # CVODES' sensitivities were not asked for
+    # the same adjoint pass on two solutions that agree to ~1e-10 over one time unit
+    np.testing.assert_allclose(gradients["CVODES"], gradients["LSODA"], rtol=1e-6,
+                               atol=1e-7 * np.abs(gradients["LSODA"]).max())
