@@ -87,8 +87,11 @@ def main():
     results = {d: one(d) for d in SIZES}
     lines = ["# Gradients for many unknowns: forward sensitivities or the adjoint", "",
              "Written by `benchmarks/crossover.py`. Lorenz-96, d states, every x0 and F "
-             "estimated, 41 times on [0, 2], rtol 1e-10 (so that the gradients of the two integrators agree well enough to compare): CPU seconds of one gradient (value "
-             "included), best of 3, one thread.", "",
+             "estimated, 41 times on [0, 2], rtol 1e-10 (so that the gradients of the two "
+             "integrators agree well enough to compare): CPU seconds of one gradient (value "
+             "included), best of 3, one thread. 'CVODES as shipped': CVODES' sensitivities "
+             "below states x columns of `NATIVE_MAX_WORK_GRADIENT`, the adjoint on a LSODA "
+             "solution above (one extra solve).", "",
              "| d | unknowns | CVODES forward sensitivities | CVODES as shipped | LSODA + "
              "collocation adjoint | LSODA + collocation forward | gradients agree to |",
              "|---|---|---|---|---|---|---|"]
