@@ -65,8 +65,8 @@ _C_UNARY = {
 _COMPARISONS = (">", "<", ">=", "<=", "==", "!=")
 
 
-class _NotScalar(Exception):
-    """The recorded program has an operation this generator does not write as C."""
+class _CannotWrite(Exception):
+    """The recorded program has an operation (or a size) this generator does not write as C."""
 
 
 _MAX_LINES = 200_000  # a program unrolled beyond this many C lines is not compiled
@@ -96,9 +96,9 @@ class _Program:
         for op, args, kwargs, result in recorder.tape:
             self._record(op, args, kwargs, result)
             if len(self.value_lines) > _MAX_LINES:
-                raise _NotScalar("the program unrolls to too many lines of C")
+                raise _CannotWrite("the program unrolls to too many lines of C")
         if id(out) not in self.value:
-            raise _NotScalar("the output is not computed from the inputs")
+            raise _CannotWrite("the output is not computed from the inputs")
         self.output = self.value[id(out)].reshape(-1)
         self.output_tangent = {seed: self.tan(seed, out).reshape(-1) for seed in self.tangent}
 
@@ -114,12 +114,12 @@ class _Program:
             if name in self.rec.constants:
                 constant = np.asarray(self.rec.constants[name], dtype=np.float64)
                 return np.vectorize(_literal, otypes=[object])(constant)
-            raise _NotScalar(f"operand {name!r} of unknown origin")
+            raise _CannotWrite(f"operand {name!r} of unknown origin")
         if isinstance(v, bool):
             return np.array("1.0" if v else "0.0", dtype=object)
         if isinstance(v, (int, float)):
             return np.array(_literal(float(v)), dtype=object)
-        raise _NotScalar(f"operand of type {type(v).__name__}")
+        raise _CannotWrite(f"operand of type {type(v).__name__}")
 
     def tan(self, seed, v):
         """The operand's tangent: an array of ``{index: expression}`` (empty: constant)."""
@@ -146,7 +146,7 @@ class _Program:
         values = np.broadcast_arrays(*[self.ref(v) for v in operands])
         shape = values[0].shape
         if shape != tuple(result.shape):
-            raise _NotScalar(f"a broadcast to {tuple(result.shape)} from {shape}")
+            raise _CannotWrite(f"a broadcast to {tuple(result.shape)} from {shape}")
         names = np.empty(shape, dtype=object)
         tangents = {seed: np.empty(shape, dtype=object) for seed in self.tangent}
         operand_tangents = {seed: np.broadcast_arrays(*[self.tan(seed, v) for v in operands])
@@ -185,13 +185,13 @@ class _Program:
         T = self.tangent
         if isinstance(result, (tuple, list)):  # unbind along dim 0
             if op != "unbind" or kwargs.get("dim", args[1] if len(args) > 1 else 0) != 0:
-                raise _NotScalar(op)
+                raise _CannotWrite(op)
             value = self.ref(args[0])
             for i, r in enumerate(result):
                 self._keep(r, value[i], {s: self.tan(s, args[0])[i] for s in T})
             return
         if not isinstance(result, torch.Tensor):
-            raise _NotScalar(f"{op} returning {type(result).__name__}")
+            raise _CannotWrite(f"{op} returning {type(result).__name__}")
         if op in _IDENTITY:
             self._keep(result, self.ref(args[0]), {s: self.tan(s, args[0]) for s in T})
         elif op == "__getitem__":
@@ -264,7 +264,7 @@ class _Program:
 
             self._elementwise(result, [args[0]] + bounds, value_of, derivatives_of)
         else:
-            raise _NotScalar(op)
+            raise _CannotWrite(op)
 
     def _reduce(self, op, args, kwargs, result):
         axis = kwargs.get("dim", args[1] if len(args) > 1 else None)
@@ -305,10 +305,10 @@ class _Program:
         if symbol.startswith("r"):
             symbol, left, right = symbol[1:], right, left
         if symbol == "@":
-            raise _NotScalar("matmul")
+            raise _CannotWrite("matmul")
         alpha = kwargs.get("alpha")
         if kwargs and alpha is None:
-            raise _NotScalar(f"{op} with {sorted(kwargs)}")
+            raise _CannotWrite(f"{op} with {sorted(kwargs)}")
         scale = "" if alpha is None else f"{_literal(float(alpha))} * "
         if symbol in _COMPARISONS:
             start = len(self.value_lines)
@@ -336,7 +336,7 @@ class _Program:
             value_of = lambda a, b: f"({a} / {b})"  # noqa: E731
             derivatives = lambda e, r: [f"1.0 / {e[1]}", f"-{r} / {e[1]}"]  # noqa: E731
         else:
-            raise _NotScalar(f"operator {symbol}")
+            raise _CannotWrite(f"operator {symbol}")
         self._elementwise(result, [left, right], value_of, derivatives)
 
     # ------------------------------------------------------------------ the C source
@@ -588,13 +588,16 @@ def native_solver(model, field):
     if reason is not None:
         return None, reason
     if field is None or not hasattr(field, "recording"):
-        return None, "rhs cannot be recorded as a program of torch operations (Python control flow on a value, or an operation the recorder does not know)"
+        return None, ("rhs cannot be recorded as a program of torch operations (Python "
+                      "control flow on a value, or an operation the recorder does not know)")
     recorder, x, theta, out = field.recording
     try:
         program = _Program(recorder, x, theta, out)
         source = program.source(model.n_states, model.n_params) + _DRIVER.read_text()
         lib, solve = _build(source)
-    except (_NotScalar, RuntimeError, OSError) as exc:
+    except _CannotWrite as exc:
+        return None, f"the C generator cannot write rhs: {exc}"
+    except (RuntimeError, OSError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     in_field = np.zeros(model.n_params, dtype=bool)
     for entries in program.output_tangent["p"]:
