@@ -95,7 +95,7 @@ def sklode_side(name, cache):
     from sklode.models import check_model
 
     os.environ["SKLODE_CACHE_DIR"] = cache
-    start, children = time.process_time(), _children_cpu()
+    start = time.process_time()
     model, cases = sklode_cases(name)
     check_model(model)
     model.pointwise_field()

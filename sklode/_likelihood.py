@@ -465,11 +465,9 @@ class Observation:
             slope = np.where(is_log, 1.0 / (np.where(is_log, h, 1.0) * divisor), 1.0)
             mask = self.mask.astype(np.float64)[..., None]
             if fisher:
-                on_scale = np.where(is_log, np.log(np.clip(h, 1e-300, None)) / divisor, h)
                 data = [(slope / s)[..., None] * z for z in (hx, ht)]
-                k = np.where(self._is_laplace.numpy(), 1.0, np.sqrt(2.0))
+                k = np.sqrt(2.0)  # normal on any scale (Laplace columns took torch's path)
                 noise_rows = [(k / s)[..., None] * z for z in (sx, st)]
-                del on_scale
             else:
                 y = self._y_on_scale.numpy()
                 on_scale = np.where(is_log, np.log(np.clip(h, 1e-300, None)) / divisor, h)

@@ -600,12 +600,10 @@ def _restricted(traj, index, t0):
         return Trajectory(whole.grid, whole.obs_index[index], whole.states[index], whole.dense,
                           whole.x0, whole.n_evaluations)
 
-    subset = Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
-                        traj.states[index], None, traj.x0, traj.n_evaluations,
-                        native=lambda with_x0, params=None: native(with_x0, params)[index],
-                        scipy=scipy_subset)
-    subset.native_reads = traj.native_reads
-    return subset
+    return Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
+                      traj.states[index], None, traj.x0, traj.n_evaluations,
+                      native=lambda with_x0, params=None: native(with_x0, params)[index],
+                      scipy=scipy_subset, native_reads=traj.native_reads)
 
 
 def _share_solves(parts):

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .integrate import (_max_steps, _resolve_integrator, add_doses, dose_segments,
-                        native_solver_or_warn, raise_native_failure, solve)
+from .integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
+                        dose_segments, native_solver_or_warn, raise_native_failure, solve)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -85,10 +85,13 @@ class Trajectory:
     scipy : callable or None
         For a CVODES solve: the same solution by LSODA with dense output (built on first
         call), for the collocation passes where the columns are many.
+    native_reads : ndarray of bool (n_params,) or None
+        For a CVODES solve: the parameters its field reads (the only sensitivity columns
+        it integrates).
     """
 
     def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
-                 scipy=None):
+                 scipy=None, native_reads=None):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
@@ -97,6 +100,7 @@ class Trajectory:
         self.n_evaluations = n_evaluations
         self.native = native
         self.scipy = scipy
+        self.native_reads = native_reads
 
 
 class _PiecewiseDense:
@@ -162,12 +166,11 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
-    native = native_solver_or_warn(model) if _resolve_integrator(integrator) == "CVODES" \
-        else None
-    if native is not None:
-        return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
-                                  atol=atol, max_steps=_max_steps(max_evaluations))
     if _resolve_integrator(integrator) == "CVODES":
+        native = native_solver_or_warn(model)
+        if native is not None:
+            return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
+                                      atol=atol, max_steps=_max_steps(max_evaluations))
         integrator = "LSODA"
     if doses:
         return _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, integrator=integrator,
@@ -250,19 +253,13 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
     a closure that solves again with forward sensitivities (only the parameters the field
     depends on are integrated; the other columns are zero)."""
     theta = np.asarray(theta, dtype=np.float64)
-    options["blowup"] = 1e8 * max(1.0, float(np.max(np.abs(x0))))  # as integrate.solve
+    options["blowup"] = blowup_limit(x0)
     states, _, n_evaluations = _native_solve(native, model, theta, x0, t0, t_obs, doses,
                                              dict(options))
     cache = {}
 
     def sensitivities_at(with_x0, params=None):
-        # the parameters asked for that the field reads; the other columns are zero
-        read = native.param_in_field.copy()
-        if params is not None:
-            wanted = np.zeros_like(read)
-            wanted[params] = True
-            read &= wanted
-        columns = np.flatnonzero(read)
+        columns = _columns_read(native.param_in_field, params)  # the others are zero
         key = (with_x0, columns.tobytes())
         if key not in cache:
             _, S, _ = _native_solve(native, model, theta, x0, t0, t_obs, doses, dict(options),
@@ -284,23 +281,26 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
                                               doses=doses))
         return rebuilt[0]
 
-    traj = Trajectory(np.union1d([t0], t_obs), np.searchsorted(np.union1d([t0], t_obs), t_obs),
-                      states, None, x0, n_evaluations, native=sensitivities_at, scipy=scipy)
-    traj.native_reads = native.param_in_field
-    return traj
+    grid = np.union1d([t0], t_obs)
+    return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, n_evaluations,
+                      native=sensitivities_at, scipy=scipy,
+                      native_reads=native.param_in_field)
 
 
-def _native_columns(model, traj, with_x0, params=None):
-    """How many sensitivity columns CVODES would integrate for this request."""
-    read = getattr(traj, "native_reads", None)
-    n = traj.x0.size if with_x0 else 0
-    if read is None:
-        read = np.ones(model.n_params, dtype=bool)
+def _columns_read(read, params):
+    """The parameters among ``params`` (all when None) that the field reads (``read``, a
+    boolean mask): the sensitivity columns CVODES integrates."""
     if params is not None:
         wanted = np.zeros_like(read)
         wanted[params] = True
         read = read & wanted
-    return n + int(read.sum())
+    return np.flatnonzero(read)
+
+
+def _native_work(traj, with_x0, params=None):
+    """States x sensitivity columns of a CVODES request: what its cost grows with."""
+    n = traj.x0.size
+    return n * ((n if with_x0 else 0) + _columns_read(traj.native_reads, params).size)
 
 
 # ----------------------------------------------------------------------------- stage algebra
@@ -431,8 +431,7 @@ def sensitivities(model, theta, traj, with_x0=True, params=None):
         ``q = n_params`` when ``with_x0`` is False.
     """
     if traj.native is not None:
-        if traj.x0.size * _native_columns(model, traj, with_x0, params) \
-                <= NATIVE_MAX_WORK_JACOBIAN:
+        if _native_work(traj, with_x0, params) <= NATIVE_MAX_WORK_JACOBIAN:
             return traj.native(with_x0, params)  # CVODES' own forward sensitivities
         traj = traj.scipy()  # many columns: the collocation pass on LSODA's trajectory
     n = traj.x0.size
@@ -521,7 +520,7 @@ def adjoint_gradient(model, theta, traj, jumps):
         ``integral of f_theta^T p dt`` by the collocation quadrature.
     """
     if traj.native is not None:
-        if traj.x0.size * _native_columns(model, traj, True) <= NATIVE_MAX_WORK_GRADIENT:
+        if _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT:
             S = traj.native(True)  # few columns: CVODES' forward sensitivities
             g = np.einsum("ia,iaq->q", jumps, S)
             return g[:traj.x0.size], g[traj.x0.size:]

@@ -43,6 +43,11 @@ _BLOWUP_FACTOR = 1e8
 EXPLICIT_MAX_EVALUATIONS = 200_000
 
 
+def blowup_limit(x0):
+    """The state norm past which a solve from ``x0`` counts as blowing up."""
+    return _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
+
+
 def _resolve_integrator(name):
     for key in INTEGRATORS:
         if isinstance(name, str) and name.lower() == key.lower():
@@ -112,7 +117,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
             t_reached=float(t_span[0]))
     n_states = x0.shape[-1]
     batched = x0.ndim == 2
-    limit = _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
+    limit = blowup_limit(x0)
     if method == "CVODES":
         native = None
         if not (batched or dense_output or t_eval is None or t_span[1] < t_span[0]):

@@ -216,6 +216,14 @@ class _Recorder(TorchFunctionMode):
         raise _Unsupported(op)
 
 
+def _pointwise_inputs(n_in, n_params):
+    """Real tensors of the pointwise shapes that a program is recorded on (distinct values,
+    so that no operation is folded away)."""
+    return {"t": torch.tensor(0.5, dtype=torch.float64),
+            "x": torch.linspace(0.7, 1.3, n_in, dtype=torch.float64),
+            "theta": torch.linspace(0.8, 1.2, n_params, dtype=torch.float64)}
+
+
 def compile_field(model):
     """The model's field as a numpy function ``f(t, x, theta)`` for one state, or None.
 
@@ -230,9 +238,7 @@ def compile_field(model):
         (n_states,)``, equal to ``model.f`` to round-off at random points; None (with a
         debug log line saying why) when ``rhs`` cannot be recorded as numpy code.
     """
-    inputs = {"t": torch.tensor(0.5, dtype=torch.float64),
-              "x": torch.linspace(0.7, 1.3, model.n_states, dtype=torch.float64),
-              "theta": torch.linspace(0.8, 1.2, model.n_params, dtype=torch.float64)}
+    inputs = _pointwise_inputs(model.n_states, model.n_params)
     recorder = _Recorder(inputs)
     try:
         with torch.inference_mode(), recorder:
@@ -629,9 +635,7 @@ def compile_grid(function, n_in, n_params, n_out, label):
         ``f(t, x, theta) -> (..., n_out)``, ``jac_x -> (..., n_out, n_in)``,
         ``jac_theta -> (..., n_out, n_params)``.
     """
-    inputs = {"t": torch.tensor(0.5, dtype=torch.float64),
-              "x": torch.linspace(0.7, 1.3, n_in, dtype=torch.float64),
-              "theta": torch.linspace(0.8, 1.2, n_params, dtype=torch.float64)}
+    inputs = _pointwise_inputs(n_in, n_params)
     recorder = _Recorder(inputs)
     try:
         with torch.inference_mode(), recorder:
@@ -715,9 +719,7 @@ def parameters_read(function, n_states, n_params):
     ndarray of bool of shape (n_params,) or None
         None where the program cannot be recorded (value-dependent control flow).
     """
-    inputs = {"t": torch.tensor(0.5, dtype=torch.float64),
-              "x": torch.linspace(0.7, 1.3, n_states, dtype=torch.float64),
-              "theta": torch.linspace(0.8, 1.2, n_params, dtype=torch.float64)}
+    inputs = _pointwise_inputs(n_states, n_params)
     recorder = _DependencyRecorder(inputs)
     try:
         with torch.inference_mode(), recorder:
