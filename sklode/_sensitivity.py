@@ -236,7 +236,8 @@ def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=N
         t_eval = np.union1d(t_obs[inside], [end])
         out, sens, info = native(start, x, theta, t_eval, s0=S,
                                  sens_x0=columns is not None and columns[0],
-                                 sens_params=None if S is None else columns[1], **options)
+                                 sens_params=None if S is None else columns[1], blowup=limit,
+                                 **options)
         raise_native_failure(model, theta, (start, end), info, limit)
         index = np.searchsorted(t_eval, t_obs[inside])
         states[inside] = out[index]

@@ -188,6 +188,9 @@ def test_blowup_and_nonfinite_raise_integration_error():
 
     with pytest.raises(IntegrationError, match="blew up"):
         simulate(Blowup(), [1.0], [1.0], [0.5, 2.0], t0=0.0, integrator="CVODES")
+    with pytest.raises(IntegrationError, match="blew up"):  # the fits' solve checks it too
+        forward_trajectory(Blowup(), np.array([1.0]), np.array([1.0]), 0.0,
+                           np.array([0.5, 2.0]), integrator="CVODES", rtol=1e-8, atol=1e-10)
 
     class Domain(ODEModel):
         state_names, param_names = ("x",), ("k",)
