@@ -2,13 +2,26 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# pytest -n 2: one core per worker, no oversubscription. BLAS (numpy's and scipy's OpenBLAS,
+# each two threads by default on two cores) read these when first loaded, which is below for
+# numpy; threadpoolctl then limits whatever was loaded before (a plugin's import). Two workers
+# that each ran two BLAS threads on two cores spent a third of the suite's wall time waiting.
+_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+if _WORKER:
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import scipy.linalg  # noqa: E402, F401 -- loads scipy's own BLAS before the limit below
+import torch  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
-if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one core each, no oversubscription
+if _WORKER:
+    from threadpoolctl import threadpool_limits
+
     torch.set_num_threads(1)
+    threadpool_limits(1)
 
 # The hand-written scipy baselines live with the benchmarks, outside the library.
 # appended, not prepended: benchmarks/petab.py must not hide the petab package
