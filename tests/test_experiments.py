@@ -301,7 +301,10 @@ def _six_experiments(seed=0, noise=0.2):
     return ts, Ys
 
 
-@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE, AdjointODE],
+# BCD-prox's case is slow (~5.5 s, runs in .ci/run's slow stage): the splitting is the same
+# code for the three estimators
+@pytest.mark.parametrize("Estimator", [pytest.param(BCDProxODE, marks=pytest.mark.slow),
+                                       WENDyODE, AdjointODE],
                          ids=lambda c: c.__name__)
 def test_cross_validation_splits_by_experiment(Estimator):
     from sklearn.model_selection import GroupKFold, KFold, cross_val_score

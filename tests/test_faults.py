@@ -146,6 +146,9 @@ def test_a_stiff_problem_under_an_explicit_integrator_names_the_stiff_ones(integ
     assert_allclose(X[1:, 0], np.cos(t[1:]), atol=1e-4)
 
 
+# slow: three stiff fits under explicit integrators (~8 s); naming the stiff states is tested
+# fast by test_a_stiff_problem_under_an_explicit_integrator_names_the_stiff_ones
+@pytest.mark.slow
 def test_an_estimator_with_an_explicit_integrator_reports_stiffness(monkeypatch):
     monkeypatch.setattr(integrate, "EXPLICIT_MAX_EVALUATIONS", 20_000)
     t = np.linspace(0, 10, 51)

@@ -422,6 +422,9 @@ def test_a_noise_kind_per_observable():
         AdjointODE(LotkaVolterra(), noise_kind={"wolf": "laplace"}).fit(t, Y)
 
 
+# slow: a profile of every parameter (~10 s); profiles with a known noise are tested fast in
+# tests/test_uncertainty.py
+@pytest.mark.slow
 def test_profile_intervals_with_a_fitted_noise_are_likelihood_ratio_intervals():
     experiments = pk_experiments()
     est = _quiet(AdjointODE(OralPK(), estimate_x0=False, positive=True,

@@ -70,6 +70,8 @@ def test_loky_workers_are_capped_at_inner_max_num_threads():
     assert all(t == (1, 1) for t in threads), threads
 
 
+# slow: starting a LocalCluster costs ~14 s; the threading and loky backends are tested above
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_local_results(serial):
     """The README's Dask recipe on a loopback LocalCluster: identical records and scores."""
     distributed = pytest.importorskip("distributed")  # installed by the "test" extra

@@ -132,6 +132,9 @@ def test_full_covariance_is_positive_definite_and_close():
     assert len(pop.parameter_labels_) == pop.cov_.shape[0] == 7
 
 
+# slow: ten population fits (~10 s); scoring held-out subjects is tested fast by
+# test_intervals_and_predictions
+@pytest.mark.slow
 def test_cross_validation_over_subjects():
     # GroupKFold over subjects scores held-out subjects by their marginal log-likelihood per
     # observation: GridSearchCV over which parameters vary must pick the true structure (ka

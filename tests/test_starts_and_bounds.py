@@ -179,6 +179,8 @@ def lorenz63():
     return t, X + 0.5 * np.random.default_rng(0).standard_normal(X.shape)
 
 
+# slow: multi-start Lorenz-63 fits (~8 s); runs in .ci/run's slow stage
+@pytest.mark.slow
 def test_the_second_start_comes_from_the_data(lorenz63):
     from sklode.models import Lorenz63
 

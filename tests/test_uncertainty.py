@@ -56,8 +56,11 @@ def test_bcdprox_standard_errors_are_the_spread_of_its_estimates():
 
 # BCD-prox needs a closer start on this hidden-state problem (from GUESS it diverges).
 @pytest.mark.parametrize("Estimator, start", [(AdjointODE, dict(theta0=GUESS, x0=[5.0, 2.0])),
-                                              (BCDProxODE, dict(theta0=(2, 1, 4, 1),
-                                                                x0=[5.0, 3.0]))],
+                                              # slow (~7 s): runs in .ci/run's slow stage
+                                              pytest.param(BCDProxODE,
+                                                           dict(theta0=(2, 1, 4, 1),
+                                                                x0=[5.0, 3.0]),
+                                                           marks=pytest.mark.slow)],
                          ids=["AdjointODE", "BCDProxODE"])
 def test_prey_only_names_the_product_and_never_reports_a_small_error(Estimator, start):
     d = make_trajectory("lotka_volterra", noise=0.1, random_state=0)
