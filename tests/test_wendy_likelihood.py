@@ -106,3 +106,21 @@ def test_unknown_method_is_refused():
     p = get_problem("wendy_lotka_volterra")
     with pytest.raises(InvalidParameterError, match="method"):
         WENDyODE(p.model, method="mle").fit(p.t, p.clean_states())
+
+
+def test_an_optimum_far_from_the_irls_estimate_is_refused(monkeypatch):
+    # Hindmarsh-Rose at 20 % noise ran the likelihood's log det to a degenerate covariance
+    # 15 to 1.5e6 IRLS standard errors away (E2 up to 92; ~10 CPU s per fit to reproduce):
+    # here the trust region is made to return a point 100 standard errors away.
+    data = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
+    irls = WENDyODE(data.problem.model).fit(data.t, data.Y)
+
+    def runaway(likelihood, theta_start, **options):
+        far = theta_start + 100 * irls.theta_stderr_
+        return far, np.eye(far.size), 3, True, "converged"
+
+    monkeypatch.setattr(_irls, "maximise_weak_likelihood", runaway)
+    est = WENDyODE(data.problem.model, method="likelihood").fit(data.t, data.Y)
+    assert_allclose(est.theta_, irls.theta_, rtol=1e-12)  # the IRLS estimate, unchanged
+    assert "IRLS standard errors from the IRLS estimate" in est.stop_reason_
+    assert_allclose(est.theta_stderr_, irls.theta_stderr_, rtol=1e-6)
