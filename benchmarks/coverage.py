@@ -1,0 +1,156 @@
+"""Coverage of the three estimators' 95 % intervals on twelve systems none was tuned on (#28).
+
+For each system, noise level (3 % and 10 % of each state's RMS, ``relative_rms``) and method,
+``--seeds`` noisy draws of every state are fitted from ``theta0 = 1.3 theta`` (x0 from the
+data), and the z-scores ``(theta_ - theta) / theta_stderr_`` are pooled: per parameter the
+coverage of ``theta_ +- 1.96 theta_stderr_``, the mean z (bias in standard errors) and the
+spread of z (1 when the standard errors are the estimates' spread). Every warning a fit
+raises is counted by category, so a cell that cannot be calibrated shows what the estimator
+said instead. A fit that raises is counted as failed. CPU seconds single-threaded, per fit.
+
+Systems: the nine of ``wendy_calibration.py`` (Van der Pol at mu = 1.5, 4 and the
+relaxation case mu = 8 with jumps of ~4 samples, Duffing, Brusselator, enzyme kinetics, SIR,
+Lorenz-63, Rossler), the zoo's Lotka-Volterra (41 samples: seed 000's grid), FitzHugh-Nagumo
+(not affine in theta) and the logistic. Writes ``benchmarks/results/coverage.json`` and
+``.md`` after every cell.
+
+    python benchmarks/coverage.py [--seeds 100] [--n-jobs 2] [--systems sir,duffing] [--resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+RESULTS = Path(__file__).parent / "results"
+Z95 = 1.959963984540054
+NOISES = (0.03, 0.1)
+METHODS = ("AdjointODE", "BCDProxODE", "WENDyODE")
+
+
+def systems():
+    """name -> Problem: wendy_calibration's nine and three of the zoo."""
+    from dataclasses import replace
+
+    from wendy_calibration import _systems
+
+    from sklode.datasets import get_problem
+
+    out = dict(_systems())
+    for name in ("lotka_volterra", "fitzhugh_nagumo", "wendy_logistic"):
+        p = get_problem(name)
+        out[name] = replace(p, observed=tuple(range(p.model.n_states)))
+    return out
+
+
+def one_fit(method, name, noise, seed):
+    import torch
+
+    import sklode
+    from sklode.datasets import make_trajectory
+
+    torch.set_num_threads(1)
+    p = systems()[name]
+    data = make_trajectory(p, noise=noise, noise_kind="relative_rms", random_state=seed)
+    est = getattr(sklode, method)(p.model, theta0=1.3 * p.theta)
+    start = time.process_time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            est.fit(data.t, data.Y)
+        except Exception as exc:  # counted, with its type
+            return {"failed": type(exc).__name__}
+    cpu = time.process_time() - start
+    said = sorted({w.category.__name__ for w in caught
+                   if w.category.__module__.startswith("sklode")})
+    z = (est.theta_ - p.theta) / est.theta_stderr_
+    return {"z": [float(v) for v in z], "cpu": cpu, "warned": said}
+
+
+def summarise(fits, param_names):
+    ok = [f for f in fits if "z" in f]
+    out = {"fits": len(fits), "failed": len(fits) - len(ok), "param_names": param_names,
+           "warned": {}}
+    for f in fits:
+        for w in f.get("warned", ()):
+            out["warned"][w] = out["warned"].get(w, 0) + 1
+    if not ok:
+        return out
+    z = np.array([f["z"] for f in ok])
+    finite = np.isfinite(z)
+    zf = np.where(finite, z, np.nan)
+    out.update(coverage=np.mean(np.abs(np.where(finite, z, np.inf)) <= Z95, axis=0).tolist(),
+               mean_z=np.nanmean(zf, axis=0).tolist(), sd_z=np.nanstd(zf, axis=0).tolist(),
+               non_finite=int(np.sum(~finite)),
+               cpu=float(np.median([f["cpu"] for f in ok])))
+    return out
+
+
+def to_markdown(results):
+    lines = ["# Coverage of 95 % intervals on twelve systems", "",
+             "Written by `benchmarks/coverage.py` (its docstring has the protocol): draws of "
+             "every state at 3 % and 10 % relative noise, fits from 1.3 θ, z = (θ̂ − θ)/se. "
+             "Coverage per parameter, mean z and spread of z per parameter, the warnings the "
+             "fits raised (fits warned / fits), failed fits; CPU s is the median per fit.", "",
+             "| system | σ_NR | method | fits (failed) | coverage per parameter | mean z | "
+             "spread of z | warned | CPU s |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, r in results.items():
+        name, noise, method = key.split("|")
+        warned = ", ".join(f"{k} {v}" for k, v in sorted(r["warned"].items())) or "—"
+        if "coverage" not in r:
+            lines.append(f"| {name} | {noise} | {method} | {r['fits']} ({r['failed']}) | — | — "
+                         f"| — | {warned} | — |")
+            continue
+        cov = ", ".join(f"{c:.2f}" for c in r["coverage"])
+        mean = ", ".join(f"{m:+.2f}" for m in r["mean_z"])
+        sd = ", ".join(f"{s:.2f}" for s in r["sd_z"])
+        lines.append(f"| {name} | {noise} | {method} | {r['fits']} ({r['failed']}) | {cov} | "
+                     f"{mean} | {sd} | {warned} | {r['cpu']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    from joblib import Parallel, delayed
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument("--systems", default=None)
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the cells already in coverage.json with as many fits")
+    args = parser.parse_args(argv)
+    names = args.systems.split(",") if args.systems else list(systems())
+    path = RESULTS / "coverage.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    with Parallel(n_jobs=args.n_jobs) as parallel:
+        for name in names:
+            params = list(systems()[name].model.param_names)
+            for noise in NOISES:
+                for method in METHODS:
+                    done = results.get(f"{name}|{noise}|{method}", {})
+                    if args.resume and done.get("fits") == args.seeds:
+                        continue
+                    fits = parallel(delayed(one_fit)(method, name, noise, seed)
+                                    for seed in range(args.seeds))
+                    results[f"{name}|{noise}|{method}"] = summarise(fits, params)
+                    path.write_text(json.dumps(results, indent=1))
+                    (RESULTS / "coverage.md").write_text(to_markdown(results))
+                    print(name, noise, method, results[f"{name}|{noise}|{method}"].get(
+                        "coverage"), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
