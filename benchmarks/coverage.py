@@ -20,6 +20,7 @@ Lorenz-63, Rossler), the zoo's Lotka-Volterra (41 samples: seed 000's grid), Fit
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -40,8 +41,10 @@ NOISES = (0.03, 0.1)
 METHODS = ("AdjointODE", "BCDProxODE", "WENDyODE")
 
 
+@functools.lru_cache(maxsize=None)
 def systems():
-    """name -> Problem: wendy_calibration's nine and three of the zoo."""
+    """name -> Problem: wendy_calibration's nine and three of the zoo (built once per
+    process: every fit a worker runs looks its problem up here)."""
     from dataclasses import replace
 
     from wendy_calibration import _systems

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg.lapack import dpotri
 
-__all__ = ["FeatureGradients", "covariance_blocks", "inverse_from_cholesky",
+__all__ = ["FeatureGradients", "InverseDiagonals", "covariance_blocks",
+           "inverse_from_cholesky",
            "noise_corrected_split", "score_bias", "whiten"]
 
 
@@ -110,37 +111,51 @@ def score_bias(Phi, Phidot, J, H, s2, C_inv):
     with ``P_ai = diag(Phi^T Cinv_ai Phi)`` and ``Q_al = diag(Phi^T Cinv_al Phidot)``: one
     ``K x K x n_times`` product per block of ``C^-1`` that a nonzero slice reaches, never ``L``.
     """
-    K = Phi.shape[0]
-    d = J.shape[1]
-    blocks = np.ascontiguousarray(C_inv.reshape(K, d, K, d).transpose(1, 3, 0, 2))
+    diagonals = InverseDiagonals(Phi, Phidot, C_inv)
     coupled = np.any(J != 0, axis=0)  # coupled[i, l]: state l enters equation i
-    times_phi = {}  # (x, y) -> Cinv_xy @ Phi
-
-    def product(x, y):
-        if (x, y) not in times_phi:
-            times_phi[x, y] = blocks[x, y] @ Phi
-        return times_phi[x, y]
-
-    diag_P, diag_Q = {}, {}
-
-    def P(a, i):  # P_ai = P_ia: a scalar equals its transpose
-        key = (min(a, i), max(a, i))
-        if key not in diag_P:
-            diag_P[key] = np.einsum("kn,kn->n", Phi, product(*key))
-        return diag_P[key]
-
-    def Q(a, l):  # noqa: E741 -- diag(Phi^T Cinv_al Phidot), with Cinv_al^T = Cinv_la
-        if (a, l) not in diag_Q:
-            diag_Q[a, l] = np.einsum("kn,kn->n", product(l, a), Phidot)
-        return diag_Q[a, l]
-
     c = np.zeros(H.n_params)
     for a, j, l, h in zip(H.equation, H.param, H.state, H.values.T):  # noqa: E741
-        weight = Q(a, l).copy()
+        weight = diagonals.Q(a, l).copy()
         for i in np.flatnonzero(coupled[:, l]):
-            weight += J[:, i, l] * P(a, i)
+            weight += J[:, i, l] * diagonals.P(a, i)
         c[j] += s2[l] * float(h @ weight)
     return c
+
+
+class InverseDiagonals:
+    """The per-time diagonals of ``C^-1`` seen through the test functions, computed on demand.
+
+    ``P(a, i) = diag(Phi^T Cinv_ai Phi)`` and ``Q(a, l) = diag(Phi^T Cinv_al Phidot)``, each a
+    ``(n_times,)`` array, with ``Cinv_xy`` the ``K x K`` block of ``C^-1`` between states x
+    and y. Each costs a ``K x K x n_times`` product, so only the blocks a caller reaches are
+    formed, and each once: the score's bias (:func:`score_bias`) and the weak likelihood's
+    gradient (:mod:`._likelihood`) need the same ones.
+    """
+
+    def __init__(self, Phi, Phidot, C_inv):
+        K = Phi.shape[0]
+        d = C_inv.shape[0] // K
+        self.Phi, self.Phidot = Phi, Phidot
+        self.blocks = np.ascontiguousarray(C_inv.reshape(K, d, K, d).transpose(1, 3, 0, 2))
+        self._times_phi, self._P, self._Q = {}, {}, {}
+
+    def _product(self, x, y):  # Cinv_xy @ Phi
+        if (x, y) not in self._times_phi:
+            self._times_phi[x, y] = self.blocks[x, y] @ self.Phi
+        return self._times_phi[x, y]
+
+    def P(self, a, i):
+        """``diag(Phi^T Cinv_ai Phi)``; ``P(a, i) = P(i, a)``: a scalar equals its transpose."""
+        key = (min(a, i), max(a, i))
+        if key not in self._P:
+            self._P[key] = np.einsum("kn,kn->n", self.Phi, self._product(*key))
+        return self._P[key]
+
+    def Q(self, a, l):  # noqa: E741
+        """``diag(Phi^T Cinv_al Phidot)``, from ``Cinv_al^T = Cinv_la``."""
+        if (a, l) not in self._Q:
+            self._Q[a, l] = np.einsum("kn,kn->n", self._product(l, a), self.Phidot)
+        return self._Q[a, l]
 
 
 def whiten(C, alpha):

@@ -237,6 +237,14 @@ class NonlinearWeakForm:
         return res.x, res.fun
 
 
+def _inverse(matrix):
+    """``matrix^-1``, or NaN where it is singular (a covariance the data do not determine)."""
+    try:
+        return np.linalg.inv(matrix)
+    except np.linalg.LinAlgError:
+        return np.full(matrix.shape, np.nan)
+
+
 def _weak_likelihood_result(likelihood, theta_irls, Gw, *, bias_correction, bounds,
                             max_iter, n_irls, fields):
     """The weak-form likelihood's optimum from the IRLS estimate, as a :class:`WENDyResult`.
@@ -251,25 +259,18 @@ def _weak_likelihood_result(likelihood, theta_irls, Gw, *, bias_correction, boun
         likelihood.hold_bias(theta_irls)
     theta, hessian, n_tr, converged, message = maximise_weak_likelihood(
         likelihood, theta_irls, bounds=bounds, max_iter=max_iter)
-    try:
-        irls_cov = np.linalg.inv(Gw.T @ Gw)
-        step = theta - theta_irls
-        distance = float(np.sqrt(max(step @ np.linalg.solve(irls_cov, step), 0.0)))
-    except np.linalg.LinAlgError:
-        irls_cov, distance = np.full((theta.size, theta.size), np.nan), 0.0
+    # The Mahalanobis distance in the IRLS covariance (Gw^T Gw)^-1 is the whitened step's norm.
+    distance = float(np.linalg.norm(Gw @ (theta - theta_irls)))
     if distance > _RUNAWAY:
-        return WENDyResult(theta=theta_irls, theta_cov=irls_cov, n_iter=n_irls + n_tr,
-                           converged=True,
+        return WENDyResult(theta=theta_irls, theta_cov=_inverse(Gw.T @ Gw),
+                           n_iter=n_irls + n_tr, converged=True,
                            stop_reason=(f"the weak likelihood's optimum lies {distance:.3g} "
                                         f"IRLS standard errors from the IRLS estimate (more "
                                         f"than {_RUNAWAY:g}): a spurious optimum where the "
                                         "residual covariance degenerates; the IRLS estimate "
                                         "is returned"), **fields)
-    try:
-        theta_cov = np.linalg.inv(hessian)
-        theta_cov = 0.5 * (theta_cov + theta_cov.T)  # inv's round-off breaks the symmetry
-    except np.linalg.LinAlgError:
-        theta_cov = np.full((theta.size, theta.size), np.nan)
+    theta_cov = _inverse(hessian)
+    theta_cov = 0.5 * (theta_cov + theta_cov.T)  # inv's round-off breaks the symmetry
     return WENDyResult(theta=theta, theta_cov=theta_cov, n_iter=n_irls + n_tr,
                        converged=converged, stop_reason=f"weak likelihood: {message}", **fields)
 
@@ -465,11 +466,8 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
                         f"({history[best][1]:.6g}, the last iterate {history[last][1]:.6g})")
     # Parameter covariance of the generalised least squares estimate: (G^T C^-1 G)^-1, the
     # noise variance being already inside C through sigma.
-    try:
-        theta_cov = np.linalg.inv(Gw.T @ Gw)
-    except np.linalg.LinAlgError:
-        theta_cov = np.full((theta.size, theta.size), np.nan)
-    return WENDyResult(theta=theta, theta_cov=theta_cov, sigma=sigma, theta_ols=theta_ols,
+    return WENDyResult(theta=theta, theta_cov=_inverse(Gw.T @ Gw), sigma=sigma,
+                       theta_ols=theta_ols,
                        weak_nll=weak_nll, returned=best,
                        n_iter=n_iter, converged=converged, stop_reason=stop_reason,
                        solver=solver, n_test_functions=Phi.shape[0], radii=radii,

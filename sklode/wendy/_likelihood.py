@@ -35,7 +35,13 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.optimize import Bounds, minimize
 
-from ._covariance import covariance_blocks, inverse_from_cholesky, score_bias, whiten
+from ._covariance import (
+    InverseDiagonals,
+    covariance_blocks,
+    inverse_from_cholesky,
+    score_bias,
+    whiten,
+)
 
 __all__ = ["WeakLikelihood", "maximise_weak_likelihood"]
 
@@ -126,7 +132,6 @@ class WeakLikelihood:
         white = solve_triangular(Lc, r, lower=True)
         value = 0.5 * float(white @ white) + float(np.sum(np.log(np.diag(Lc))))
         M = solve_triangular(Lc, white, lower=True, trans="T")  # C^-1 r
-        C_inv = inverse_from_cholesky(Lc)
         gradient = self.system.jacobian(theta).T @ M
 
         Mk = M.reshape(K, d)
@@ -138,26 +143,13 @@ class WeakLikelihood:
         # tr(C^-1 L dL_j^T) = sum_{n,i,l} dJ_j[n,i,l] s_l (sum_m P_im[n] J[n,m,l] + Q_il[n]),
         # only at the (i, l) that some dJ_j reaches and the m that J couples to l: the
         # diagonals cost a K x K x n_times product each, and most models touch few pairs.
-        blocks = C_inv.reshape(K, d, K, d)
-        diag_P, diag_Q = {}, {}
-
-        def P(i, m):  # diag(Phi^T Cinv_im Phi), symmetric in (i, m)
-            key = (min(i, m), max(i, m))
-            if key not in diag_P:
-                diag_P[key] = np.einsum("kn,kn->n", Phi, blocks[:, key[0], :, key[1]] @ Phi)
-            return diag_P[key]
-
-        def Q(i, l):  # noqa: E741 -- diag(Phi^T Cinv_il Phidot)
-            if (i, l) not in diag_Q:
-                diag_Q[i, l] = np.einsum("kn,kn->n", Phi, blocks[:, i, :, l] @ Phidot)
-            return diag_Q[i, l]
-
+        diagonals = InverseDiagonals(Phi, Phidot, inverse_from_cholesky(Lc))
         reached = np.any(dJ != 0, axis=(0, 1))  # (i, l)
         coupled = np.any(J != 0, axis=0)  # coupled[m, l]: state l enters equation m
         for i, l in zip(*np.nonzero(reached)):  # noqa: E741
-            Y = Q(i, l).copy()
+            Y = diagonals.Q(i, l).copy()
             for m in np.flatnonzero(coupled[:, l]):
-                Y += P(i, m) * J[:, m, l]
+                Y += diagonals.P(i, m) * J[:, m, l]
             gradient += keep * s2[l] * (dJ[:, :, i, l] @ Y)
         if self.bias is not None:
             value -= float(self.bias @ theta)
@@ -218,23 +210,23 @@ def maximise_weak_likelihood(likelihood, theta_start, *, bounds=None, max_iter=1
         return likelihood.hessian(theta, fun(theta)[1])
 
     start = np.asarray(theta_start, dtype=np.float64)
-    scale = 1.0 + abs(fun(start)[0])
-    options = {"maxiter": max_iter, "gtol": _GTOL * scale}
+    if bounds is not None:
+        start = np.clip(start, *bounds)
+    start_value = fun(start)[0]
+    # trust-constr takes the bounds (an interior point); trust-exact is the unbounded method
+    method, extra = ("trust-exact", {}) if bounds is None else \
+        ("trust-constr", {"bounds": Bounds(*bounds)})
     with warnings.catch_warnings():
         # trust-constr's "delta_grad == 0" notices are about its quasi-Newton updates, which
         # are not used (the Hessian is given)
         warnings.simplefilter("ignore", UserWarning)
-        if bounds is None:
-            res = minimize(lambda th: fun(th)[0], start, jac=lambda th: fun(th)[1],
-                           hess=hessian, method="trust-exact", options=options)
-        else:
-            lower, upper = bounds
-            res = minimize(lambda th: fun(th)[0], np.clip(start, lower, upper),
-                           jac=lambda th: fun(th)[1], hess=hessian,
-                           method="trust-constr", bounds=Bounds(lower, upper),
-                           options={"maxiter": max_iter, "gtol": _GTOL * scale})
+        res = minimize(lambda th: fun(th)[0], start, jac=lambda th: fun(th)[1], hess=hessian,
+                       method=method, options={"maxiter": max_iter,
+                                               "gtol": _GTOL * (1.0 + abs(start_value))},
+                       **extra)
     theta = np.asarray(res.x, dtype=np.float64)
-    if not np.isfinite(fun(theta)[0]) or fun(theta)[0] > fun(start)[0]:
+    value = fun(theta)[0]
+    if not np.isfinite(value) or value > start_value:
         theta = start  # never worse than the start
     H = hessian(theta)
     # Converged when the trust region says so, or when the Newton step from the returned
