@@ -19,6 +19,7 @@ Brusselator, Michaelis-Menten enzyme kinetics), an epidemic (SIR) and two chaoti
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -67,6 +68,7 @@ def lorenz63(t, x, theta):
     return torch.stack([theta[0] * (b - a), a * (theta[1] - c) - b, a * b - theta[2] * c], -1)
 
 
+@functools.lru_cache(maxsize=None)  # built once per process (coverage.py's workers)
 def _systems():
     from sklode.datasets import Problem
     from sklode.models import FunctionModel, Rossler
