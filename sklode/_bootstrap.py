@@ -129,7 +129,26 @@ def replicate_noise(model, theta, data, x0s, *, sigma, noise_kind, n_unknowns, o
     return means, sd
 
 
-def bootstrap_replicates(refit, data, means, sd, *, n_boot, noise_kind, random_state):
+def _refit_one(refit, replicate):
+    """``refit(replicate)`` as finite arrays, or None when it fails (counted by the caller).
+    Its warnings are silenced here, in whichever worker runs it: they say nothing the fit's
+    own did not."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            theta, x0 = refit(replicate)
+    except (SklodeError, ArithmeticError, np.linalg.LinAlgError, ValueError):
+        return None
+    theta, x0 = np.asarray(theta, np.float64), np.asarray(x0, np.float64)
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0))):
+        return None
+    return theta, x0
+
+
+def bootstrap_replicates(refit, data, means, sd, *, n_boot, noise_kind, random_state,
+                         n_jobs=None):
     """Refit ``n_boot`` simulated replicates of ``data``.
 
     Parameters
@@ -146,15 +165,19 @@ def bootstrap_replicates(refit, data, means, sd, *, n_boot, noise_kind, random_s
     noise_kind : str
         ``"lognormal"``: the replicate is ``exp(mean + noise)``.
     random_state : int, RandomState instance or None
+    n_jobs : int or None, default=None
+        Refits run in parallel over this many joblib workers. The replicates are all drawn
+        before any refit, so the result does not depend on ``n_jobs``.
 
     Returns
     -------
     BootstrapResult
     """
+    from joblib import Parallel, delayed
     from sklearn.utils import check_random_state
 
     rng = check_random_state(random_state)
-    thetas, x0s, failed = [], [], 0
+    replicates = []
     for _ in range(n_boot):
         experiments = []
         for e, P in zip(data.experiments, means):
@@ -162,19 +185,12 @@ def bootstrap_replicates(refit, data, means, sd, *, n_boot, noise_kind, random_s
             if noise_kind == "lognormal":
                 Y = np.exp(Y)
             experiments.append(replace(e, Y=np.where(e.mask, Y, np.nan)))
-        try:
-            with np.errstate(all="ignore"):
-                theta, x0 = refit(replace(data, experiments=tuple(experiments)))
-        except (SklodeError, ArithmeticError, np.linalg.LinAlgError, ValueError):
-            failed += 1
-            continue
-        theta, x0 = np.asarray(theta, np.float64), np.asarray(x0, np.float64)
-        if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(x0))):
-            failed += 1
-            continue
-        thetas.append(theta)
-        x0s.append(x0)
-    if not thetas:
+        replicates.append(replace(data, experiments=tuple(experiments)))
+    outcomes = Parallel(n_jobs=n_jobs)(delayed(_refit_one)(refit, r) for r in replicates)
+    done = [o for o in outcomes if o is not None]
+    failed = n_boot - len(done)
+    if not done:
         return BootstrapResult(np.empty((0, 0)), np.empty((0, data.n_experiments,
                                                            data.n_states)), failed)
-    return BootstrapResult(np.array(thetas), np.array(x0s), failed)
+    return BootstrapResult(np.array([o[0] for o in done]), np.array([o[1] for o in done]),
+                           failed)

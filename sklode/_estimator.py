@@ -360,8 +360,6 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         half the replicates can be refitted, or the fit cannot be simulated, the
         Gauss-Newton covariance stays and a warning says why.
         """
-        import warnings
-
         from ._bootstrap import bootstrap_replicates, replicate_noise
 
         attributes = dict(attributes, theta_bias_=None)
@@ -378,11 +376,9 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                  f"fitted theta_ and x0_ over the data ({exc}). theta_cov_ is the "
                  "Gauss-Newton covariance.", ConvergenceWarning)
             return attributes
-        with warnings.catch_warnings():  # the replicates' own warnings say nothing new
-            warnings.simplefilter("ignore")
-            boot = bootstrap_replicates(refit, data, means, sd, n_boot=self.n_boot,
-                                        noise_kind=self.noise_kind,
-                                        random_state=self.random_state)
+        boot = bootstrap_replicates(refit, data, means, sd, n_boot=self.n_boot,
+                                    noise_kind=self.noise_kind, random_state=self.random_state,
+                                    n_jobs=self.n_jobs)
         succeeded = boot.theta.shape[0]
         if succeeded < max(2, self.n_boot / 2):
             warn(f"{name}: only {succeeded} of {self.n_boot} bootstrap replicates could be "

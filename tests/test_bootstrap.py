@@ -112,6 +112,14 @@ def test_bcdprox_bootstrap_is_reproducible_and_replaces_the_covariance(lotka_vol
     assert_allclose(centre, boot.theta_ - boot.theta_bias_, rtol=1e-12)
 
 
+def test_the_bootstrap_does_not_depend_on_n_jobs(lotka_volterra):
+    d = lotka_volterra
+    fits = [WENDyODE(LotkaVolterra(), n_boot=6, random_state=4, n_jobs=n_jobs).fit(d.t, d.Y)
+            for n_jobs in (1, 2)]
+    assert_array_equal(fits[0].theta_cov_, fits[1].theta_cov_)
+    assert_array_equal(fits[0].theta_bias_, fits[1].theta_bias_)
+
+
 def test_wendy_bootstrap_agrees_with_its_own_covariance(lotka_volterra):
     d = lotka_volterra
     own = WENDyODE(LotkaVolterra()).fit(d.t, d.Y)

@@ -161,6 +161,9 @@ class BCDProxODE(ODEEstimator):
         replicates 35-45 s).
     random_state : int, RandomState instance or None, default=None
         Seed of the bootstrap's noise.
+    n_jobs : int, default=None
+        joblib workers for the bootstrap's refits (``-1``: all cores); the result does not
+        depend on it.
     integrator : str, default="LSODA"
         Forward solver of ``predict``/``simulate`` (:data:`sklode.integrate.INTEGRATORS`).
     rtol : float, default=1e-8
@@ -275,6 +278,7 @@ class BCDProxODE(ODEEstimator):
         "substeps": [Interval(Integral, 1, None, closed="left")],
         "n_boot": [Interval(Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -283,7 +287,7 @@ class BCDProxODE(ODEEstimator):
                  lam=1.0, order=3, substeps=1,
                  optimizer="gauss-newton", acceleration="anderson", anderson_memory=20,
                  stop="relative", tol=1e-6, max_iter=5000, n_boot=0, random_state=None,
-                 integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
+                 n_jobs=None, integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
         self.x0 = x0
@@ -307,6 +311,7 @@ class BCDProxODE(ODEEstimator):
         self.max_iter = max_iter
         self.n_boot = n_boot
         self.random_state = random_state
+        self.n_jobs = n_jobs
         self.integrator = integrator
         self.rtol = rtol
         self.atol = atol

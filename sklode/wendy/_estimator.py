@@ -165,6 +165,9 @@ class WENDyODE(ODEEstimator):
         samples: 0.25 s, so 50 replicates 10-15 s).
     random_state : int, RandomState instance or None, default=None
         Seed of the bootstrap's noise.
+    n_jobs : int, default=None
+        joblib workers for the bootstrap's refits (``-1``: all cores); the result does not
+        depend on it.
     integrator : str, default="LSODA"
         Forward solver of ``predict``/``simulate`` and of the shooting
         (:data:`sklode.integrate.INTEGRATORS`).
@@ -269,6 +272,7 @@ class WENDyODE(ODEEstimator):
         "method": [StrOptions({"likelihood", "irls"})],
         "n_boot": [Interval(Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -277,8 +281,8 @@ class WENDyODE(ODEEstimator):
                  x0_method="shooting",
                  min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
                  alpha=1e-10, bias_correction=True, method="irls", tol=1e-6, max_iter=100,
-                 n_boot=0, random_state=None, integrator="LSODA", rtol=1e-8, atol=1e-10,
-                 verbose=0):
+                 n_boot=0, random_state=None, n_jobs=None, integrator="LSODA", rtol=1e-8,
+                 atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
         self.x0 = x0
@@ -302,6 +306,7 @@ class WENDyODE(ODEEstimator):
         self.max_iter = max_iter
         self.n_boot = n_boot
         self.random_state = random_state
+        self.n_jobs = n_jobs
         self.integrator = integrator
         self.rtol = rtol
         self.atol = atol
