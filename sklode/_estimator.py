@@ -394,8 +394,10 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         cov[unidentifiable, unidentifiable] = np.inf
         mask = np.array([e.estimate_x0 for e in data.experiments])
         x0_stderr = np.where(mask, boot.x0_stderr(), 0.0)
-        x0_stderr = np.where(np.isfinite(np.reshape(attributes["x0_stderr_"], mask.shape)),
-                             x0_stderr, np.inf)
+        # infinite: unidentifiable, as above; NaN (WENDy's smoothed x0 has no first-order
+        # error) is replaced, since the replicates do measure its spread
+        x0_stderr = np.where(np.isinf(np.reshape(attributes["x0_stderr_"], mask.shape)),
+                             np.inf, x0_stderr)
         bias = np.where(fitted, boot.theta.mean(axis=0) - theta, 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             shift = np.where(fitted, np.abs(bias) / standard_errors(cov), 0.0)

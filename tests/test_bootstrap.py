@@ -112,6 +112,17 @@ def test_bcdprox_bootstrap_is_reproducible_and_replaces_the_covariance(lotka_vol
     assert_allclose(centre, boot.theta_ - boot.theta_bias_, rtol=1e-12)
 
 
+def test_the_bootstrap_gives_smoothed_initial_values_an_error(lotka_volterra):
+    """WENDy's x0_method="smoothing" has no first-order error for x0 (NaN); the replicates
+    measure one."""
+    d = lotka_volterra
+    plain = WENDyODE(LotkaVolterra(), x0_method="smoothing").fit(d.t, d.Y)
+    boot = WENDyODE(LotkaVolterra(), x0_method="smoothing", n_boot=10,
+                    random_state=0).fit(d.t, d.Y)
+    assert np.all(np.isnan(plain.x0_stderr_))
+    assert np.all(np.isfinite(boot.x0_stderr_) & (boot.x0_stderr_ > 0))
+
+
 def test_the_bootstrap_does_not_depend_on_n_jobs(lotka_volterra):
     d = lotka_volterra
     fits = [WENDyODE(LotkaVolterra(), n_boot=6, random_state=4, n_jobs=n_jobs).fit(d.t, d.Y)
