@@ -56,8 +56,6 @@ __all__ = ["COMMON_CONSTRAINTS", "ODEEstimator", "from_state_scale", "full_theta
 
 logger = logging.getLogger("sklode")
 
-#: The declared types and ranges of the parameters every estimator shares (one vocabulary);
-#: each estimator's ``_parameter_constraints`` starts from these.
 #: A bootstrap bias beyond this many standard errors warns: intervals centred on theta_
 #: would then cover the truth in 68 % of fits instead of 95 % (|b + Z| < 1.96 with
 #: b = 1.5), so theta_ itself should not be read without the correction. Above the
@@ -65,6 +63,15 @@ logger = logging.getLogger("sklode")
 #: 50 replicates) with room to spare.
 BOOTSTRAP_BIAS = 1.5
 
+#: The parameters of the parametric bootstrap (BCD-prox and WENDy: ``_bootstrap_attributes``).
+BOOTSTRAP_CONSTRAINTS = {
+    "n_boot": [Interval(Integral, 0, None, closed="left")],
+    "random_state": ["random_state"],
+    "n_jobs": [Integral, None],
+}
+
+#: The declared types and ranges of the parameters every estimator shares (one vocabulary);
+#: each estimator's ``_parameter_constraints`` starts from these.
 COMMON_CONSTRAINTS = {
     "model": "no_validation",  # checked by check_model in fit, with messages about the model
     "theta0": ["array-like", None],
@@ -347,12 +354,15 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 "x0_stderr_": x0_stderr if data.several else x0_stderr[0],
                 "unidentifiable_": uncertainty.unidentifiable}
 
-    def _bootstrap_attributes(self, data, theta, x0s, fitted, refit, attributes):
+    def _bootstrap_attributes(self, data, theta, x0s, fitted, attributes):
         """The parametric bootstrap's covariance in place of the Gauss-Newton one.
 
         With ``n_boot`` of 0 nothing changes (``theta_bias_`` is None). Otherwise
         ``n_boot`` replicates are simulated from the fit (:mod:`sklode._bootstrap`) and
-        refitted by ``refit(replicate) -> (theta, x0s)``; their covariance replaces
+        refitted by the method's ``_solve(replicate, start=theta)`` (its fit without the
+        checks and the covariance: ``theta`` and ``x0s`` in the model's states, per
+        experiment as split at the doses, mapped back by ``split.x0_back``); their
+        covariance replaces
         ``theta_cov_``, ``theta_stderr_`` and ``x0_stderr_`` in ``attributes`` (a copy),
         except where the Gauss-Newton covariance found a structurally unidentifiable
         unknown (infinite variance: the replicates' spread would only reflect where the
@@ -376,6 +386,10 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                  f"fitted theta_ and x0_ over the data ({exc}). theta_cov_ is the "
                  "Gauss-Newton covariance.", ConvergenceWarning)
             return attributes
+        def refit(replicate):  # the method again, from theta, on a simulated replicate
+            solved = self._solve(replicate, start=theta)
+            return solved.theta, solved.split.x0_back(solved.x0s)
+
         boot = bootstrap_replicates(refit, data, means, sd, n_boot=self.n_boot,
                                     noise_kind=self.noise_kind, random_state=self.random_state,
                                     n_jobs=self.n_jobs)

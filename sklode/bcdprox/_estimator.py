@@ -10,6 +10,7 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._estimator import (
+    BOOTSTRAP_CONSTRAINTS,
     COMMON_CONSTRAINTS,
     DoseSplit,
     ODEEstimator,
@@ -276,9 +277,7 @@ class BCDProxODE(ODEEstimator):
         "anderson_memory": [Interval(Integral, 1, None, closed="left")],
         "stop": [StrOptions({"relative", "paper"})],
         "substeps": [Interval(Integral, 1, None, closed="left")],
-        "n_boot": [Interval(Integral, 0, None, closed="left")],
-        "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
+        **BOOTSTRAP_CONSTRAINTS,
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -498,12 +497,7 @@ class BCDProxODE(ODEEstimator):
         uncertainty_attributes["x0_stderr_"] = split.rows_back(
             uncertainty_attributes["x0_stderr_"])
         x0s = split.x0_back(x0s)
-
-        def refit(replicate):  # the method again, from theta_, on a simulated replicate
-            solved = self._solve(replicate, start=theta)
-            return solved.theta, solved.split.x0_back(solved.x0s)
-
-        uncertainty_attributes = self._bootstrap_attributes(given, theta, x0s, fitted, refit,
+        uncertainty_attributes = self._bootstrap_attributes(given, theta, x0s, fitted,
                                                             uncertainty_attributes)
         return self._set_fitted(
             theta_=theta, states_=per_experiment(split.states_back(states)),

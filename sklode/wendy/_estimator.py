@@ -10,6 +10,7 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._estimator import (
+    BOOTSTRAP_CONSTRAINTS,
     COMMON_CONSTRAINTS,
     DoseSplit,
     ODEEstimator,
@@ -270,9 +271,7 @@ class WENDyODE(ODEEstimator):
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "bias_correction": ["boolean"],
         "method": [StrOptions({"likelihood", "irls"})],
-        "n_boot": [Interval(Integral, 0, None, closed="left")],
-        "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
+        **BOOTSTRAP_CONSTRAINTS,
     }
 
     def __init__(self, model=None, *, theta0=None, x0=None, t0=None, estimate_x0=True,
@@ -317,8 +316,8 @@ class WENDyODE(ODEEstimator):
 
     def _solve(self, given, *, start=None, verbose=0):
         """WENDy on validated data: the solver's result, theta and the initial states in the
-        fitted states (``z0s``). ``start``: a full theta to start from instead of
-        ``theta0`` (the bootstrap's refits)."""
+        fitted states (``z0s``) and the model's (``x0s``). ``start``: a full theta to start
+        from instead of ``theta0`` (the bootstrap's refits)."""
         name = type(self).__name__
         # the weak form needs no initial state: an earlier t0 (a dose before the first
         # sample) is reached by the shooting of x0
@@ -357,7 +356,8 @@ class WENDyODE(ODEEstimator):
                         for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
                                                          res.radii)])
         return SimpleNamespace(res=res, split=split, data=data, transformed=transformed,
-                               fit_model=fit_model, theta=theta, z0s=z0s)
+                               fit_model=fit_model, theta=theta, z0s=z0s,
+                               x0s=z0s if transformed is None else transformed.to_x(z0s))
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, t, Y=None):
@@ -394,7 +394,7 @@ class WENDyODE(ODEEstimator):
         uncertainty = uncertainty_at_fit(
             shooting_model, data, theta, z0s, fitted=fitted, theta_cov=res.theta_cov,
             options=self._simulation_options())
-        x0s = z0s if transformed is None else transformed.to_x(z0s)
+        x0s = solved.x0s
 
         if not res.converged:
             warn_not_converged(self, res.n_iter, res.stop_reason,
@@ -409,13 +409,7 @@ class WENDyODE(ODEEstimator):
             uncertainty_attributes["x0_stderr_"])
         n_x0 = int(estimated_x0_mask(data).sum())
         data, x0s = given, split.x0_back(x0s)  # the experiments as given
-
-        def refit(replicate):  # the method again, from theta_, on a simulated replicate
-            again = self._solve(replicate, start=theta)
-            z0s = again.z0s if again.transformed is None else again.transformed.to_x(again.z0s)
-            return again.theta, again.split.x0_back(z0s)
-
-        uncertainty_attributes = self._bootstrap_attributes(data, theta, x0s, fitted, refit,
+        uncertainty_attributes = self._bootstrap_attributes(data, theta, x0s, fitted,
                                                             uncertainty_attributes)
         several = data.several
         return self._set_fitted(
