@@ -15,7 +15,13 @@ Lorenz-63, Rossler), the zoo's Lotka-Volterra (41 samples: seed 000's grid), Fit
 ``.md`` after every cell.
 
     python benchmarks/coverage.py [--seeds 100] [--n-jobs 2] [--systems sir,duffing] [--resume]
-        [--methods AdjointODE,BCDProxODE+boot50] [--noises 0.1]
+        [--methods AdjointODE,BCDProxODE+boot50] [--noises 0.1] [--first-seed 40]
+
+Every fit's record is appended to ``coverage_fits.jsonl`` as it finishes, so a killed run
+loses only the fits in flight: ``--resume`` refits no seed found there. ``--first-seed N``
+extends a cell already summarised over seeds ``0..N-1`` (whose records predate the file) by
+seeds ``N..seeds-1``: counts, coverage, mean and spread of z merge exactly from the stored
+summary (its z were all finite); the CPU column is then the new seeds' median.
 """
 
 from __future__ import annotations
@@ -89,6 +95,34 @@ def one_fit(method, name, noise, seed):
             "warned": said}
 
 
+def merge(old, new, new_fits):
+    """Summary of seeds ``0..n-1`` (``old``) and ``n..m-1`` (``new``, from the records
+    ``new_fits``) pooled: counts and coverage exactly, mean and spread of z per parameter from
+    the first two moments (population sd, as ``np.nanstd``) over the finite z. Needs ``old``
+    to have had no non-finite z (its per-parameter counts are not stored)."""
+    if "coverage" not in old or "coverage" not in new or old["non_finite"]:
+        raise ValueError("cannot merge summaries with non-finite or missing z")
+    a = old["fits"] - old["failed"]
+    b = new["fits"] - new["failed"]
+    out = dict(new, fits=old["fits"] + new["fits"], failed=old["failed"] + new["failed"])
+    out["warned"] = {k: old["warned"].get(k, 0) + new["warned"].get(k, 0)
+                     for k in set(old["warned"]) | set(new["warned"])}
+    for key in ("coverage", "coverage_theta"):
+        if key in old and key in new:
+            out[key] = ((a * np.array(old[key]) + b * np.array(new[key])) / (a + b)).tolist()
+    z = np.array([f["z"] for f in new_fits if "z" in f])
+    finite = np.isfinite(z)
+    b_p = finite.sum(axis=0)  # finite z per parameter in the new seeds
+    m1, m2 = np.array(old["mean_z"]), np.nansum(np.where(finite, z, 0.0), axis=0)
+    second = a * (np.array(old["sd_z"]) ** 2 + m1**2) + np.sum(np.where(finite, z, 0.0)**2,
+                                                                 axis=0)
+    mean = (a * m1 + m2) / (a + b_p)
+    out["mean_z"] = mean.tolist()
+    out["sd_z"] = np.sqrt(second / (a + b_p) - mean**2).tolist()
+    out["seeds_merged"] = [old["fits"], new["fits"]]
+    return out
+
+
 def summarise(fits, param_names):
     ok = [f for f in fits if "z" in f]
     out = {"fits": len(fits), "failed": len(fits) - len(ok), "param_names": param_names,
@@ -149,25 +183,52 @@ def main(argv=None):
                         help="comma-separated; NAME+bootB runs NAME with n_boot=B")
     parser.add_argument("--noises", default=",".join(map(str, NOISES)))
     parser.add_argument("--resume", action="store_true",
-                        help="skip the cells already in coverage.json with as many fits")
+                        help="skip the cells already in coverage.json with as many fits, "
+                             "and the seeds already in coverage_fits.jsonl")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="extend cells summarised over seeds 0..N-1 (see the docstring)")
     args = parser.parse_args(argv)
     names = args.systems.split(",") if args.systems else list(systems())
     path = RESULTS / "coverage.json"
+    records = RESULTS / "coverage_fits.jsonl"
     results = json.loads(path.read_text()) if path.exists() else {}
+    stored = {}
+    if args.resume and records.exists():
+        for line in records.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                stored[r["key"], r["seed"]] = r["fit"]
+
+    def run(key, method, name, noise, seed):
+        fit = one_fit(method, name, noise, seed)
+        with open(records, "a") as handle:  # one short line per append: safe across workers
+            handle.write(json.dumps({"key": key, "seed": seed, "fit": fit}) + "\n")
+        return fit
+
     with Parallel(n_jobs=args.n_jobs) as parallel:
         for name in names:
             params = list(systems()[name].model.param_names)
             for noise in map(float, args.noises.split(",")):
                 for method in args.methods.split(","):
-                    done = results.get(f"{name}|{noise}|{method}", {})
+                    key = f"{name}|{noise}|{method}"
+                    done = results.get(key, {})
                     if args.resume and done.get("fits") == args.seeds:
                         continue
-                    fits = parallel(delayed(one_fit)(method, name, noise, seed)
-                                    for seed in range(args.seeds))
-                    results[f"{name}|{noise}|{method}"] = summarise(fits, params)
+                    seeds = range(args.first_seed, args.seeds)
+                    todo = [s for s in seeds if (key, s) not in stored]
+                    fresh = dict(zip(todo, parallel(delayed(run)(key, method, name, noise, s)
+                                                    for s in todo)))
+                    fits = [stored.get((key, s), fresh.get(s)) for s in seeds]
+                    summary = summarise(fits, params)
+                    if args.first_seed:
+                        if done.get("fits") != args.first_seed:
+                            raise SystemExit(f"{key}: {done.get('fits')} fits stored, "
+                                             f"--first-seed {args.first_seed}")
+                        summary = merge(done, summary, fits)
+                    results[key] = summary
                     path.write_text(json.dumps(results, indent=1))
                     (RESULTS / "coverage.md").write_text(to_markdown(results))
-                    print(name, noise, method, results[f"{name}|{noise}|{method}"].get(
+                    print(name, noise, method, results[key].get(
                         "coverage"), flush=True)
     return 0
 

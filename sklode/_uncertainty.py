@@ -43,6 +43,12 @@ PRACTICAL_TOL = 1.0
 _ZERO_COLUMN = 1e-10
 # Components of a weak direction (unit vector) at least this large are named in it.
 _INVOLVED = 0.3
+#: Above this many sensitivity entries (observation times x states x unknowns), the
+#: covariance after a fit is taken with the initial states held at the fit: the full
+#: Jacobian in x0 grows as n_states^2 (Lorenz-96 at 1,000 states and 1,001 times: 8 GB, and
+#: 50 s of the 74 s of a BCD-prox fit already at 100 states), the parameters' alone as
+#: n_states. 2.5e7 entries are 200 MB: 100 states at 1,001 times stay exact.
+SENSITIVITY_MAX_ENTRIES = 25_000_000
 
 
 @dataclass(frozen=True)
@@ -351,12 +357,31 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
     -------
     FitUncertainty
     """
+    from dataclasses import replace
+
     from ._objective import objective_for_experiments
 
+    data = data.with_initial_states(x0s)
+    n_x0 = int(sum(e.estimate_x0.sum() for e in data.experiments))
+    n_times = sum(e.t.size for e in data.experiments)
+    conditional = (n_times * model.n_states * (n_x0 + int(np.sum(fitted)))
+                   > SENSITIVITY_MAX_ENTRIES and n_x0 > 0)
+    if conditional:
+        warn(f"The sensitivities in all {n_x0} initial values at {n_times} times would hold "
+             f"{n_times * model.n_states * n_x0:.3g} numbers: theta_stderr_ is computed with "
+             "x0_ held at the fit (conditional on it, so smaller than with x0 unknown), and "
+             "x0_stderr_ is NaN. n_boot > 0 gives both from refits.", UserWarning)
+        data = replace(data, experiments=[replace(e, estimate_x0=np.zeros_like(e.estimate_x0))
+                                          for e in data.experiments])
     objective, u = objective_for_experiments(
-        model, data.with_initial_states(x0s), theta0=np.asarray(theta, np.float64),
+        model, data, theta0=np.asarray(theta, np.float64),
         fitted=fitted, sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind,
         **options)
-    return fit_uncertainty(objective, u, unknown_names(objective, model, data.several),
-                           noise="per_state" if sigma is None else "given",
-                           theta_cov=theta_cov)
+    result = fit_uncertainty(objective, u, unknown_names(objective, model, data.several),
+                             noise="per_state" if sigma is None else "given",
+                             theta_cov=theta_cov)
+    if not conditional:
+        return result
+    cov = np.full((n_x0 + result.cov.shape[0],) * 2, np.nan)
+    cov[n_x0:, n_x0:] = result.cov
+    return FitUncertainty(cov, result.unidentifiable)

@@ -130,29 +130,51 @@ def jacobian_transpose_times(K, R, n_times):
 def residual_jacobian(model, grid, X, theta):
     """Sparse ``dR/dX`` of shape ``((n_times-1) n_states, n_times n_states)`` (row-major X).
 
-    Only the entries where ``df/dx`` is non-zero somewhere on the grid are stored (Lorenz-96:
-    4 of 40 per row), so the matrix is as sparse as the model. The same blocks as
+    Only the structural entries of ``df/dx`` are stored and computed
+    (:meth:`~sklode.ODEModel.jac_x_sparse`, Lorenz-96: 4 per row whatever the dimension), so
+    the matrix is as sparse as the model, and the dense ``(n_times, d, d)`` Jacobian (8 GB
+    at d = 1,000 and 1,001 times) is never formed. The same blocks as
     :func:`jacobian_blocks` (identities and ``-h_i B_ij df/dx``), written straight into
-    sparse storage: assembling it from the dense blocks cost 2.2x per Jacobian on Lorenz-96
-    (d = 40), where this matrix is used.
+    sparse storage.
     """
     n_times, d = X.shape
     n_steps, order = grid.B.shape
-    Jf = model.jac_x(grid.t[:-1], X[:-1], theta)  # (n_steps, d, d)
-    r_idx, c_idx = np.nonzero(np.any(Jf != 0, axis=0))
+    r_idx, c_idx, Jf = model.jac_x_sparse(grid.t[:-1], X[:-1], theta)  # (n_steps, nnz)
     hB = grid.h[:, None] * grid.B
-    data, rows, cols = [], [], []
-    for j in range(order):
-        steps = np.arange(j, n_steps)
-        data.append((-hB[j:, j, None] * Jf[: n_steps - j][:, r_idx, c_idx]).ravel())
-        rows.append((steps[:, None] * d + r_idx).ravel())
-        cols.append(((steps - j)[:, None] * d + c_idx).ravel())
-    diag = np.arange(n_steps * d)
+    data = [(-hB[j:, j, None] * Jf[: n_steps - j]).ravel() for j in range(order)]
     data += [-np.ones(n_steps * d), np.ones(n_steps * d)]
-    rows += [diag, diag]
-    cols += [diag, diag + d]
-    return sp.csr_matrix((np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
-                         shape=(n_steps * d, n_times * d))
+    indptr, indices, target = _jacobian_structure(n_steps, n_times, d, order, r_idx, c_idx)
+    # Entries that land on the same place (the diagonal of df/dx and the -I block) add up.
+    values = np.bincount(target, weights=np.concatenate(data), minlength=indices.size)
+    return sp.csr_matrix((values, indices, indptr), shape=(n_steps * d, n_times * d))
+
+
+_STRUCTURES = {}
+
+
+def _jacobian_structure(n_steps, n_times, d, order, r_idx, c_idx):
+    """CSR ``indptr`` and ``indices`` of :func:`residual_jacobian`, and where each of its
+    entries (in the order it lists them) lands in the CSR data: the same for every iterate,
+    so built once per grid and sparsity pattern and not re-sorted at every iteration."""
+    key = (n_steps, n_times, d, order, r_idx.tobytes(), c_idx.tobytes())
+    if key not in _STRUCTURES:
+        rows, cols = [], []
+        for j in range(order):
+            steps = np.arange(j, n_steps)
+            rows.append((steps[:, None] * d + r_idx).ravel())
+            cols.append(((steps - j)[:, None] * d + c_idx).ravel())
+        diag = np.arange(n_steps * d)
+        rows += [diag, diag]
+        cols += [diag, diag + d]
+        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        flat = rows.astype(np.int64) * (n_times * d) + cols
+        unique, target = np.unique(flat, return_inverse=True)
+        indices = (unique % (n_times * d)).astype(np.int64)
+        indptr = np.searchsorted(unique // (n_times * d), np.arange(n_steps * d + 1))
+        if len(_STRUCTURES) >= 4:  # a fit uses one or a few grids
+            _STRUCTURES.pop(next(iter(_STRUCTURES)))
+        _STRUCTURES[key] = (indptr, indices, target.ravel())
+    return _STRUCTURES[key]
 
 
 def _banded_normal_matrix(K, n_times, shift):
@@ -187,17 +209,25 @@ def _band_layout(n_blocks, n_times, d):
     return target, np.flatnonzero(valid)
 
 
-def _solve_spd(A, b, precond):
-    """Solve the sparse symmetric positive definite system ``A x = b`` by preconditioned CG.
+def _solve_spd(A, b, precond, exact):
+    """Solve the symmetric positive definite system ``A x = b`` by preconditioned CG.
 
     A sparse direct factorisation was measured 5x slower per iteration on Lorenz-96 (d = 40,
     T = 51): its fill-in grows with n_states² per time point, while CG needs a handful of
-    matrix-vector products with the difference-operator preconditioner.
+    matrix-vector products with the difference-operator preconditioner. ``exact()`` builds
+    ``A`` as a sparse matrix for the direct solve CG falls back to.
     """
     x, info = cg(A, b, rtol=1e-9, atol=0.0, maxiter=10 * A.shape[0], M=precond)
     if info != 0:  # not reached in 10 n iterations: fall back to the exact solve
-        return spsolve(A.tocsc(), b)
+        return spsolve(exact().tocsc(), b)
     return x
+
+
+def _normal_matrix(J, JT, keep, shift):
+    """``JᵀJ + shift I`` with the rows and columns where ``keep`` is 0 replaced by the
+    identity, as a sparse matrix."""
+    K = sp.diags(keep)
+    return (K @ (JT @ J) @ K + sp.diags(shift * keep + 1.0 - keep)).tocsr()
 
 
 def _difference_preconditioner(n_times, d, shift):
@@ -249,23 +279,24 @@ def _normal_equations(model, grid, X, theta, R, anchor, lam, fixed=None):
                                  check_finite=False).reshape(rhs.shape)
     else:
         J = residual_jacobian(model, grid, X, theta)
-        gradient = (J.T @ R.ravel()).reshape(X.shape) + lam * (X - anchor)
-        JTJ = (J.T @ J).tocsr()
-        scale = float(JTJ.diagonal().mean())
-        eye = sp.identity(JTJ.shape[0], format="csr")
-        if fixed.size:
-            keep = np.ones(JTJ.shape[0])
-            keep[fixed] = 0.0
-            JTJ = (sp.diags(keep) @ JTJ @ sp.diags(keep)).tocsr()
-            eye = sp.diags(keep).tocsr()
-            pinned = sp.diags(1.0 - keep).tocsr()
+        JT = J.T.tocsr()
+        gradient = (JT @ R.ravel()).reshape(X.shape) + lam * (X - anchor)
+        n = JT.shape[0]
+        scale = float(J.data @ J.data) / n  # mean diagonal of JᵀJ
+        keep = np.ones(n)
+        keep[fixed] = 0.0
 
         def solve(shift, rhs):
+            # JᵀJ is applied as two products with J, never formed: J has 2 + 4 order
+            # entries per row on Lorenz-96, JᵀJ several times that, and forming it (with
+            # its transposes) cost 40 % of a d = 300 fit.
+            def matvec(v):
+                return keep * (JT @ (J @ (keep * v))) + (shift * keep + 1.0 - keep) * v
+
+            A = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
             precond = _difference_preconditioner(n_times, d, shift)
-            A = JTJ + shift * eye
-            if fixed.size:
-                A = A + pinned
-            return _solve_spd(A, rhs.ravel(), precond).reshape(rhs.shape)
+            return _solve_spd(A, rhs.ravel(), precond, exact=lambda: _normal_matrix(
+                J, JT, keep, shift)).reshape(rhs.shape)
 
     gradient.reshape(-1)[fixed] = 0.0
     return gradient, max(scale, 1e-300), solve

@@ -112,7 +112,7 @@ def observed_entries(experiment, observed, n_states):
     return entries
 
 
-def decoupled_hidden_states(jacobians, observed):
+def decoupled_hidden_states(coupled, observed):
     """The hidden states whose own equations involve no observed state anywhere.
 
     The data reach such a state only through the other equations, which the block iteration
@@ -122,15 +122,14 @@ def decoupled_hidden_states(jacobians, observed):
 
     Parameters
     ----------
-    jacobians : sequence of ndarray of shape (n_points, n_states, n_states)
-        ``df/dx`` on every experiment's grid.
+    coupled : ndarray of bool of shape (n_states, n_states)
+        Where ``df/dx`` is non-zero somewhere on the experiments' grids.
     observed : tuple of int
 
     Returns
     -------
     list of int
     """
-    coupled = np.any([np.any(J != 0, axis=0) for J in jacobians], axis=0)
     hidden = [i for i in range(coupled.shape[0]) if i not in observed]
     return [h for h in hidden if not coupled[h, list(observed)].any()]
 

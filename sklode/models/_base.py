@@ -20,6 +20,7 @@ import inspect
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse
 import torch
 
 from ..exceptions import ModelError, NotLinearInThetaError
@@ -35,6 +36,9 @@ _REPLICATE_MAX_STATES = 12
 # (measured on 150 points: SEIRD 2.1 ms against torch's 2.5, Lorenz-96 with 10 states 4.7
 # against 0.9); beyond it torch's vmap is faster.
 _POINTWISE_MAX_STATES = 8
+# From this many states, df/dtheta of models with fewer parameters than states is taken in
+# forward mode (one product per parameter on the whole grid).
+_FORWARD_MODE_MIN_STATES = 64
 
 
 def _as_tensor(a):
@@ -408,6 +412,7 @@ class ODEModel:
         state.pop("_observation_reads", None)
         state.pop("_observation_grid", None)
         state.pop("_checked_signature", None)
+        state.pop("_sparsity_cache", None)
         return state
 
     def jac_x(self, t, x, theta):
@@ -454,6 +459,129 @@ class ODEModel:
             rows = [torch.autograd.grad(out[..., i].sum(), xr, retain_graph=i < n - 1)[0]
                     for i in range(n)]
         return torch.stack(rows, dim=-2).numpy()
+
+    def jac_x_sparsity(self, t=None, x=None, theta=None):
+        """Where ``df/dx`` can be non-zero: row and column indices of its structural entries.
+
+        Found once per model and kept: the union of the non-zero entries of :meth:`jac_x` at
+        random states (uniform on [-2, 2] and on [0.5, 2]) and random parameters (uniform on
+        [0.5, 2]), plus at the points given (the first grid a caller passes). An entry that
+        vanishes at all of them but not elsewhere (a switch that stays off there) is found
+        later by :meth:`jac_x_sparse`'s check, which then widens the pattern.
+
+        Parameters
+        ----------
+        t, x, theta : optional
+            Points to include, as for :meth:`jac_x` (a few of the grid's rows are used).
+
+        Returns
+        -------
+        rows : ndarray of int
+            Equations: ``df_rows[k] / dx_cols[k]`` may be non-zero; sorted by row.
+        cols : ndarray of int
+            States, sorted within each row.
+        """
+        cached = self.__dict__.get("_sparsity_cache")
+        if cached is None:
+            rng = np.random.default_rng(0)
+            n = self.n_states
+            points = np.vstack([rng.uniform(-2.0, 2.0, (2, n)), rng.uniform(0.5, 2.0, (2, n))])
+            theta_random = rng.uniform(0.5, 2.0, self.n_params)
+            with np.errstate(all="ignore"):
+                J = self.jac_x(0.5, points, theta_random)
+            pattern = np.any(J != 0, axis=0)  # NaN counts as non-zero
+            if x is not None:
+                pattern |= self._pattern_at(t, x, theta)
+            cached = self._store_sparsity(pattern)
+        return cached[0], cached[1]
+
+    def _pattern_at(self, t, x, theta, rows=None):
+        """Non-zero pattern of ``jac_x`` at a few rows of a grid (all of ``rows`` if given)."""
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.n_states)
+        times = np.broadcast_to(np.asarray(0.0 if t is None else t, dtype=np.float64),
+                                x.shape[:1])
+        if rows is None:
+            rows = np.unique([0, x.shape[0] // 2, x.shape[0] - 1])
+        with np.errstate(all="ignore"):
+            J = self.jac_x(times[rows], x[rows], theta)
+        return np.any(J != 0, axis=0)
+
+    def _store_sparsity(self, pattern):
+        rows, cols = np.nonzero(pattern)
+        # Greedy colouring of the rows: rows of one colour share no column, so one
+        # vector-Jacobian product with the sum of their unit vectors reads all of their
+        # entries (Lorenz-96: 4 entries per row, 4 to 7 colours whatever the dimension).
+        by_column = [[] for _ in range(pattern.shape[1])]
+        for r, c in zip(rows, cols):
+            by_column[c].append(r)
+        colour = np.full(pattern.shape[0], -1)
+        for r in range(pattern.shape[0]):
+            taken = {colour[q] for c in np.flatnonzero(pattern[r]) for q in by_column[c]}
+            colour[r] = next(k for k in range(len(taken) + 1) if k not in taken)
+        cached = (rows, cols, colour, pattern)
+        self.__dict__["_sparsity_cache"] = cached
+        return cached
+
+    def jac_x_sparse(self, t, x, theta):
+        """The structural entries of ``df/dx`` at every point, without the dense Jacobian.
+
+        For models with many states, whose Jacobian is mostly zeros (a discretised PDE, a
+        network, Lorenz-96): one vector-Jacobian product per colour of the rows
+        (:meth:`jac_x_sparsity`), a handful whatever the dimension, instead of one per
+        state, and ``n_points * nnz`` numbers instead of ``n_points * n_states**2``. One more
+        product with random weights checks the result; where it disagrees, the pattern
+        missed an entry that vanished where it was probed, and is widened from the dense
+        Jacobian at the points that disagree.
+
+        Parameters
+        ----------
+        t : float or array-like
+            Time(s), broadcastable against ``x[..., 0]``.
+        x : array-like of shape (..., n_states)
+            States, one per leading index.
+        theta : array-like of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        rows : ndarray of int of shape (nnz,)
+            The equation of each entry.
+        cols : ndarray of int of shape (nnz,)
+            The state of each entry.
+        values : ndarray of shape (..., nnz)
+            ``values[..., k] = d f_rows[k] / d x_cols[k]``.
+        """
+        x = np.asarray(x, dtype=np.float64)
+        self.jac_x_sparsity(t, x, theta)
+        for _ in range(2):  # at most one widening: the second pattern contains the first
+            rows, cols, colour, pattern = self.__dict__["_sparsity_cache"]
+            values = np.empty(x.shape[:-1] + (rows.size,))
+            for k in range(colour.max() + 1 if colour.size else 0):
+                v = np.zeros_like(x)
+                v[..., colour == k] = 1.0
+                vx, _ = self.vjp(t, x, theta, v)
+                chosen = colour[rows] == k
+                values[..., chosen] = vx[..., cols[chosen]]
+            weights = np.random.default_rng(1).standard_normal(x.shape)
+            vx, _ = self.vjp(t, x, theta, weights)
+            terms = weights.reshape(-1, x.shape[-1])[:, rows] * values.reshape(-1, rows.size)
+            to_columns = scipy.sparse.csr_matrix(  # entry k of a row adds to column cols[k]
+                (np.ones(rows.size), cols, np.arange(rows.size + 1)),
+                shape=(rows.size, x.shape[-1]))
+            sparse_vx = np.asarray(terms @ to_columns)
+            magnitude = np.asarray(np.abs(terms) @ to_columns)  # the scale of the round-off
+            with np.errstate(invalid="ignore"):
+                wrong = np.abs(sparse_vx - vx.reshape(sparse_vx.shape)) > 1e-9 * (
+                    magnitude + np.abs(vx.reshape(sparse_vx.shape)) + 1e-300)
+            wrong &= np.isfinite(vx.reshape(sparse_vx.shape))
+            bad_points = np.flatnonzero(np.any(wrong, axis=1))
+            if bad_points.size == 0:
+                return rows, cols, values
+            flat = x.reshape(-1, x.shape[-1])
+            times = np.broadcast_to(np.asarray(t, dtype=np.float64), x.shape[:-1]).reshape(-1)
+            self._store_sparsity(pattern | self._pattern_at(times, flat, theta,
+                                                            rows=bad_points[:64]))
+        return rows, cols, values
 
     def curvature_x(self, t, x, theta, weights):
         """Weighted sum of the pure second derivatives, ``sum_l weights_l d^2 f / dx_l^2``.
@@ -549,6 +677,11 @@ class ODEModel:
                 pass  # math's domain errors at some point: torch's nan there
         x = _as_tensor(x)
         theta = _as_tensor(theta)
+        if x.shape[-1] >= _FORWARD_MODE_MIN_STATES and theta.shape[0] < x.shape[-1]:
+            # Many states, fewer parameters: one forward-mode product per parameter on the
+            # whole grid; vmap of reverse mode would hold n_points * n_states^2 numbers
+            # (Lorenz-96 at 200 states: 11 s and 3 GB per call).
+            return self._jac_theta_forward(t, x, theta)
         batch = x.shape[:-1]
         flat = x.reshape(-1, x.shape[-1])
         t_flat = _time_tensor(t, batch).reshape(-1) if np.ndim(t) else _time_tensor(t, ())
@@ -563,11 +696,21 @@ class ODEModel:
                 J = torch.func.vmap(lambda xi: one_point(xi, t_flat))(flat)
         except (RuntimeError, ValueError, TypeError):
             # rhs with data-dependent Python control flow defeats vmap: forward mode per param.
-            basis = torch.eye(theta.shape[0], dtype=_DTYPE)
+            return self._jac_theta_forward(t, x, theta)
+        return J.reshape(batch + J.shape[-2:]).detach().numpy()
+
+    def _jac_theta_forward(self, t, x, theta):
+        """``df/dtheta`` by one forward-mode product per parameter on the whole grid."""
+        import warnings
+
+        basis = torch.eye(theta.shape[0], dtype=_DTYPE)
+        with warnings.catch_warnings():  # torch's forward mode loads decompositions through
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit on first use
             cols = [torch.func.jvp(lambda th: self._call(t, x, th), (theta,), (e,))[1]
                     for e in basis]
-            return torch.stack(cols, dim=-1).detach().numpy()
-        return J.reshape(batch + J.shape[-2:]).detach().numpy()
+        if not cols:
+            return np.zeros(tuple(x.shape) + (0,))
+        return torch.stack(cols, dim=-1).detach().numpy()
 
     def vjp(self, t, x, theta, v):
         """Vector-Jacobian products of ``f`` on a whole grid in one reverse pass.
