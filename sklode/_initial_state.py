@@ -22,6 +22,12 @@ _BLOWN_UP = 1e10
 # Forward-difference step for the x0 Jacobian, relative to max(1, |x0|): the batch shares
 # one step sequence, so only round-off (~1e-16 / h) limits the difference.
 _FD_STEP = 1e-7
+# Most entries (observed values x free initial values) of the shooting's Jacobian: 160 MB.
+# From this many states the shooting's Jacobian is the exact forward sensitivities (Lorenz-96
+# at 300 states: the batched differences, one solve of 301 copies, are a 90,300-component
+# system: 61 GB of LSODA workspace, and 180 of a 209 s fit in slices of 4,096 components).
+_SENSITIVITY_MIN_STATES = 64
+_SHOOT_MAX_JACOBIAN = 20_000_000
 # Stop once a step changes the cost by less than 1 % of one residual's noise variance.
 _SHOOT_FTOL_PER_SAMPLE = 0.01
 # Integration tolerance of the shooting (its floor: a looser rtol is used if asked): 1e-4 is
@@ -237,6 +243,15 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
     n_free = int(free.sum())
     if n_free == 0:
         return x0.copy()
+    if Y_seen.size * n_free > _SHOOT_MAX_JACOBIAN:
+        # Wide models: the differences and the Jacobian hold (observed values) x (free
+        # initial values) numbers, 1.2 GB each for Lorenz-96 with 1,000 states on a
+        # 150-sample window (a 10 GB fit); the leading samples that fit the budget pin x0
+        # (the later ones add chaos and cost, not information about x0).
+        per_row = np.cumsum(seen.sum(axis=1))
+        keep = max(2, int(np.searchsorted(per_row, _SHOOT_MAX_JACOBIAN // n_free, "right")))
+        t, Y, seen = t[:keep], Y[:keep], seen[:keep]
+        Y_seen = Y[seen]
     box = (-np.inf, np.inf) if bounds is None else (bounds[0][free], bounds[1][free])
 
     def full(Z):  # free components -> whole states, shape (n_batch, n_states)
@@ -254,9 +269,22 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
             X = np.concatenate([X0[:, None, :], X], axis=1)
         return X[:, :, observed][:, seen]
 
+    def with_sensitivities(z):
+        """Trajectory from ``z`` and its exact Jacobian from one forward-sensitivity pass
+        (wide models: the differences are one solve of n_free + 1 copies of the model,
+        and the sensitivities read df/dx through its structural entries)."""
+        from ._sensitivity import forward_trajectory, sensitivities
+
+        traj = forward_trajectory(model, theta, full(z[None])[0], t0, t,
+                                  integrator=integrator, rtol=rtol, atol=1e-3 * rtol)
+        S = sensitivities(model, theta, traj, with_x0=True)[:, observed][:, :, :n_states]
+        return traj.states[:, observed][seen], S[:, :, free][seen]
+
     def with_differences(z, sign=1.0):
         """Trajectory from ``z`` and its forward (``sign=-1``: backward) differences, one
         batched solve (a batch costs little more than one solve for small models)."""
+        if n_states >= _SENSITIVITY_MIN_STATES:
+            return with_sensitivities(z)
         h = sign * _FD_STEP * np.maximum(1.0, np.abs(z))
         X = trajectories(np.vstack([z, z + np.diag(h)]))
         return X[0], ((X[1:] - X[0]) / h[:, None]).T

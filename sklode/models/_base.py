@@ -615,6 +615,8 @@ class ODEModel:
         theta = _as_tensor(theta)
         weights = np.asarray(weights, dtype=np.float64)
         n = x.shape[-1]
+        if n >= _FORWARD_MODE_MIN_STATES:  # the batch replicated n times would hold n^2 x
+            return self._curvature_x_coloured(t, x, theta, weights)
         # selector[i, ..., k] = delta_ik: picks output i in copy i of the batch.
         selector = torch.eye(n, dtype=_DTYPE).reshape((n,) + (1,) * (x.dim() - 1) + (n,))
         xb = x.unsqueeze(0).expand((n,) + x.shape).clone().requires_grad_(True)
@@ -632,6 +634,49 @@ class ODEModel:
                 if second is not None:  # None: this slope does not depend on x
                     out = out + float(weights[state]) * second[..., state].movedim(0, -1)
         return out.detach().numpy()
+
+    def _curvature_x_coloured(self, t, x, theta, weights):
+        """:meth:`curvature_x` by Hessian-vector products on the sparsity pattern.
+
+        For a colour ``R`` of the rows (rows sharing no state, :meth:`jac_x_sparsity`),
+        ``s = sum_{a in R} f_a`` has a block-diagonal Hessian (one block per row: the states
+        that row reads), so its product with the indicator of the p-th state of every row
+        of ``R`` reads ``d^2 f_a / dx_l^2`` for exactly those pairs: colours times the most
+        states a row reads products (Lorenz-96: 4 x 4), each a second reverse pass over the
+        whole grid, in ``n_points * n_states`` memory.
+        """
+        rows, cols = self.jac_x_sparsity()
+        colour = self.__dict__["_sparsity_cache"][2]
+        n = x.shape[-1]
+        starts = np.searchsorted(rows, np.arange(n + 1))
+        out = np.zeros(tuple(x.shape))
+        xr = x.clone().requires_grad_(True)
+        with torch.enable_grad():
+            f = self._call(t, xr, theta)
+            for k in range(colour.max() + 1 if colour.size else 0):
+                members = np.flatnonzero(colour == k)
+                picker = torch.zeros(n, dtype=_DTYPE)
+                picker[members] = 1.0
+                (grad,) = torch.autograd.grad((f * picker).sum(), xr, create_graph=True)
+                if not grad.requires_grad:  # f is affine in x: no second derivative
+                    return out
+                width = int(np.max(starts[members + 1] - starts[members], initial=0))
+                for position in range(width):
+                    owner = [(a, cols[starts[a] + position]) for a in members
+                             if starts[a] + position < starts[a + 1]]
+                    owner = [(a, l) for a, l in owner if weights[l] != 0]  # noqa: E741
+                    if not owner:
+                        continue
+                    direction = torch.zeros(n, dtype=_DTYPE)
+                    direction[[state for _, state in owner]] = 1.0
+                    (second,) = torch.autograd.grad((grad * direction).sum(), xr,
+                                                    retain_graph=True, allow_unused=True)
+                    if second is None:
+                        continue
+                    second = second.detach().numpy()
+                    for a, l in owner:  # noqa: E741
+                        out[..., a] += weights[l] * second[..., l]
+        return out
 
     def jac_theta(self, t, x, theta):
         """Jacobian ``df/dtheta`` at every point, shape ``(..., n_states, n_params)``.

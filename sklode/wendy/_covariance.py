@@ -176,6 +176,8 @@ def noise_corrected_split(model, t, U, f0, F1, s2):
     """
     p = F1.shape[-1]
     basis = np.eye(p)
+    if U.shape[1] >= SPARSE_MIN_STATES:
+        return _noise_corrected_split_sparse(model, t, U, f0, F1, s2)
     J0 = model.jac_x(t, U, np.zeros(p))
 
     def affine_in_x(gradient):
@@ -193,6 +195,43 @@ def noise_corrected_split(model, t, U, f0, F1, s2):
             0.5 * model.curvature_x(t, U, basis[j], s2) - m0
         for a, l in zip(*np.nonzero(np.any(gradient != 0, axis=0))):  # noqa: E741
             slices.append((a, j, l, gradient[:, a, l]))
+    equation, param, state, values = zip(*slices) if slices else ((), (), (), ())
+    H = FeatureGradients(np.array(equation, dtype=int), np.array(param, dtype=int),
+                         np.array(state, dtype=int),
+                         np.column_stack(values) if values else np.zeros((U.shape[0], 0)), p)
+    return f0 - m0, F1 - M1, H
+
+
+#: From this many states the split reads ``df/dx`` through its structural entries
+#: (:meth:`~sklode.ODEModel.jac_x_sparse`): the dense ``(n_times, d, d)`` per parameter
+#: would be 8 GB at d = 1,000 and 1,001 samples.
+SPARSE_MIN_STATES = 64
+
+
+def _noise_corrected_split_sparse(model, t, U, f0, F1, s2):
+    """:func:`noise_corrected_split` from the sparse Jacobian (the same slices, the same
+    curvature; :meth:`~sklode.ODEModel.curvature_x` switches to its coloured products at
+    this size too)."""
+    p = F1.shape[-1]
+    basis = np.eye(p)
+    rows, cols, J0 = model.jac_x_sparse(t, U, np.zeros(p))
+
+    def affine_in_x(gradient):
+        return bool(np.all(gradient == gradient[:1]))
+
+    zero = np.zeros_like(U)
+    m0 = zero if affine_in_x(J0) else 0.5 * model.curvature_x(t, U, np.zeros(p), s2)
+    M1 = np.empty_like(F1)
+    slices = []
+    for j in range(p):
+        r, c, Jj = model.jac_x_sparse(t, U, basis[j])
+        if r.size != rows.size:  # the pattern was widened: read J0 again on it
+            rows, cols, J0 = model.jac_x_sparse(t, U, np.zeros(p))
+        gradient = Jj - J0  # (n_times, nnz)
+        M1[..., j] = zero if affine_in_x(gradient) else \
+            0.5 * model.curvature_x(t, U, basis[j], s2) - m0
+        for k in np.flatnonzero(np.any(gradient != 0, axis=0)):
+            slices.append((rows[k], j, cols[k], gradient[:, k]))
     equation, param, state, values = zip(*slices) if slices else ((), (), (), ())
     H = FeatureGradients(np.array(equation, dtype=int), np.array(param, dtype=int),
                          np.array(state, dtype=int),

@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import block_diag, solve_triangular
+from scipy.linalg import block_diag
 from scipy.optimize import least_squares, lsq_linear
 from scipy.stats import shapiro
 
@@ -40,6 +40,14 @@ from ._covariance import (
     noise_corrected_split,
     score_bias,
     whiten,
+)
+from ._blockwise import (
+    DENSE_MAX_ROWS,
+    BlockWhitening,
+    DenseWhitening,
+    block_covariances,
+    block_score_bias,
+    sandwich_covariance,
 )
 from ._likelihood import WeakLikelihood, maximise_weak_likelihood
 from ._smoothing import decorrelated_states
@@ -175,19 +183,25 @@ class LinearWeakForm:
         """The unweighted solve (theta0 unused: the solve is exact)."""
         return self._lstsq(self.G, self.b)
 
-    def solve_weighted(self, Lc, J, theta_prev, Gw):
-        """Weighted solve with the residual covariance's Cholesky factor ``Lc``.
+    def solve_weighted(self, weights, J, theta_prev, Gw):
+        """Weighted solve with the residual covariance's whitening ``weights``
+        (:class:`._blockwise.DenseWhitening` with ``J`` the dense ``df/dx``, or
+        :class:`._blockwise.BlockWhitening` with ``J`` its sparse entries).
 
         Returns the new theta and its whitened residual.
         """
-        bw = solve_triangular(Lc, self.b, lower=True)
+        bw = weights.white(self.b)
         if self.H is not None:
             moved = (self._bias_at is None or np.linalg.norm(theta_prev - self._bias_at)
                      > _BIAS_UPDATE * np.linalg.norm(theta_prev))
             if moved:
                 self._bias_at = theta_prev.copy()
-                self._bias = score_bias(self.Phi, self.Phidot, J, self.H, self.s2,
-                                        inverse_from_cholesky(Lc))
+                if isinstance(weights, BlockWhitening):
+                    self._bias = block_score_bias(self.Phi, self.Phidot, *J, self.H, self.s2,
+                                                  weights.inverse_blocks())
+                else:
+                    self._bias = score_bias(self.Phi, self.Phidot, J, self.H, self.s2,
+                                            inverse_from_cholesky(weights.Lc))
             # Normal equations Gw^T Gw theta = Gw^T bw + c: shifting bw by the minimum-norm
             # z with Gw^T z = c keeps lstsq's handling of rank deficiency.
             bw = bw + np.linalg.lstsq(Gw.T, self._bias, rcond=None)[0]
@@ -226,10 +240,10 @@ class NonlinearWeakForm:
         """The unweighted solve from ``theta0`` (clipped into the bounds)."""
         return self.solve_weighted(None, None, np.clip(theta0, *self.bounds), None)[0]
 
-    def solve_weighted(self, Lc, J, theta_prev, Gw):
-        """Trust-region solve of the whitened residual (``Lc`` None: unweighted)."""
+    def solve_weighted(self, weights, J, theta_prev, Gw):
+        """Trust-region solve of the whitened residual (``weights`` None: unweighted)."""
         def white(a):
-            return a if Lc is None else solve_triangular(Lc, a, lower=True)
+            return a if weights is None else weights.white(a)
 
         res = least_squares(lambda th: white(self.residual(th)), theta_prev,
                             jac=lambda th: white(self.jacobian(th)), bounds=self.bounds,
@@ -382,16 +396,30 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     U_cov = U if not bias_correction else np.vstack(
         [decorrelated_states(ti, Ui, r[0]) for ti, Ui, r in zip(ts, Us, radii)])
 
-    def whitening(theta):
-        """Cholesky factor of the residual covariance at ``theta``, and ``df/dx`` there."""
-        J = model.jac_x(t, U_cov, theta)
-        return whiten(covariance_blocks(Phi, Phidot, J, sigma_eff, drift_gram), alpha), J
+    # Many states: each state's residual weighted by its own covariance block
+    # (:mod:`._blockwise`), the dense (K d)^2 covariance being out of reach.
+    blockwise = Phi.shape[0] * U.shape[1] > DENSE_MAX_ROWS
+    if blockwise and method == "mle":
+        raise ValueError(
+            f"method='likelihood' needs the dense residual covariance, {Phi.shape[0]} test "
+            f"functions x {U.shape[1]} states = {Phi.shape[0] * U.shape[1]} rows squared "
+            f"(more than {DENSE_MAX_ROWS} rows); use method='irls' at this size.")
 
-    def assess(theta, Lc):
+    def whitening(theta):
+        """The residual covariance's whitening at ``theta``, and ``df/dx`` there."""
+        if blockwise:
+            sparse_J = model.jac_x_sparse(t, U_cov, theta)
+            return BlockWhitening(block_covariances(Phi, Phidot, *sparse_J, sigma_eff**2),
+                                  alpha), sparse_J
+        J = model.jac_x(t, U_cov, theta)
+        return DenseWhitening(whiten(covariance_blocks(Phi, Phidot, J, sigma_eff, drift_gram),
+                                     alpha)), J
+
+    def assess(theta, weights):
         """Weak-form negative log-likelihood of ``theta`` and its whitened Jacobian."""
-        white = solve_triangular(Lc, system.residual(theta), lower=True)
-        nll = 0.5 * float(white @ white) + float(np.sum(np.log(np.diag(Lc))))
-        return theta, nll, solve_triangular(Lc, system.jacobian(theta), lower=True)
+        white = weights.white(system.residual(theta))
+        nll = 0.5 * float(white @ white) + weights.half_logdet()
+        return theta, nll, weights.white(system.jacobian(theta))
 
     def broke_down(n_iter, exc):
         return DivergenceError(
@@ -403,9 +431,9 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     converged, stop_reason, n_iter = False, f"max_iter={max_iter} reached", 0
     for n_iter in range(1, max_iter + 1):
         try:
-            Lc, J = whitening(theta)
-            history.append(assess(theta, Lc))
-            theta_new, white_res = system.solve_weighted(Lc, J, theta, history[-1][2])
+            weights, J = whitening(theta)
+            history.append(assess(theta, weights))
+            theta_new, white_res = system.solve_weighted(weights, J, theta, history[-1][2])
         except np.linalg.LinAlgError as exc:  # a covariance that is not positive definite
             raise broke_down(n_iter, exc) from exc
         if not np.all(np.isfinite(theta_new)):
@@ -442,7 +470,9 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
     # with that iterate's covariance (one covariance fewer: a quarter of a 3-iteration fit).
     fixed = stop_reason.startswith("fixed point")
     try:
-        history.append(assess(theta, Lc if fixed else whitening(theta)[0]))
+        if not fixed:
+            weights, J = whitening(theta)
+        history.append(assess(theta, weights))
     except np.linalg.LinAlgError as exc:
         raise broke_down(n_iter, exc) from exc
     last = len(history) - 1
@@ -465,8 +495,14 @@ def wendy_solve(model, t, U, theta0, *, linear, alpha=1e-10, tol=1e-6, max_iter=
         stop_reason += (f"; {what} returned: it has the smallest weak NLL "
                         f"({history[best][1]:.6g}, the last iterate {history[last][1]:.6g})")
     # Parameter covariance of the generalised least squares estimate: (G^T C^-1 G)^-1, the
-    # noise variance being already inside C through sigma.
-    return WENDyResult(theta=theta, theta_cov=_inverse(Gw.T @ Gw), sigma=sigma,
+    # noise variance being already inside C through sigma; with block weights the sandwich
+    # under the full C (at the last covariance evaluated, as the dense path's Gw).
+    theta_cov = (sandwich_covariance(Phi, Phidot, *J, sigma_eff, weights,
+                                     system.jacobian(theta))
+                 if blockwise else _inverse(Gw.T @ Gw))
+    if blockwise:
+        solver += ", block-diagonal weights (many states)"
+    return WENDyResult(theta=theta, theta_cov=theta_cov, sigma=sigma,
                        theta_ols=theta_ols,
                        weak_nll=weak_nll, returned=best,
                        n_iter=n_iter, converged=converged, stop_reason=stop_reason,
