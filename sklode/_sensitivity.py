@@ -64,6 +64,10 @@ _MATRIX_FREE_MIN_STATES = 128
 # (Lorenz-96, 201 times, every x0: d = 70 0.98 s against 3.2 dense, d = 100 1.5 against 8.4;
 # at d = 50 dense is faster).
 _SPARSE_FORWARD_MIN_STATES = 64
+# Sweeps of the sparse stage solves' series before a sparse LU takes over (a 200-cell
+# reaction-diffusion system under LSODA: 13 ms a step with up to 100 sweeps; see
+# benchmarks/results/scale.md).
+_SPARSE_MAX_SWEEPS = 20
 
 
 class Trajectory:
@@ -330,12 +334,12 @@ def _stage_operator(h, M):
     return np.eye(s * n) - h[:, None, None] * blocks
 
 
-def _neumann_series(r, apply):
+def _neumann_series(r, apply, max_sweeps=100):
     """Solve ``x = r + apply(x)`` by fixed-point sweeps; None when they do not converge to
-    round-off within 100 sweeps or start to diverge (the caller then solves densely)."""
+    round-off within ``max_sweeps`` or start to diverge (the caller then solves directly)."""
     x = r.copy()
     scale = np.max(np.abs(r)) + 1e-300
-    for _ in range(100):
+    for _ in range(max_sweeps):
         x_new = r + apply(x)
         if np.max(np.abs(x_new - x)) <= 1e-15 * scale:
             return x_new
@@ -446,13 +450,21 @@ class _SparseStages:
 
     def solve(self, k, r):
         hk = self.h[k]
-        x = _neumann_series(r, lambda x: hk * np.tensordot(GAUSS_A, self.times(k, x), axes=1))
+        x = _neumann_series(r, lambda x: hk * np.tensordot(GAUSS_A, self.times(k, x), axes=1),
+                            max_sweeps=_SPARSE_MAX_SWEEPS)
         if x is not None:
             return x
-        M = np.zeros((1, _STAGES, self.n, self.n))
-        M[0][:, self.rows, self.cols] = self.values[k]
-        K = _stage_operator(self.h[k:k + 1], M)[0]
-        return np.linalg.solve(K, r.reshape(K.shape[0], -1)).reshape(r.shape)
+        # A stiff step (the series diverges, or converges too slowly to pay): a sparse LU
+        # of K = I - h (A (x) M), whose blocks keep M's pattern.
+        import scipy.sparse as sp
+        from scipy.sparse.linalg import splu
+
+        self.times(k, np.zeros((_STAGES, self.n, 1)))  # builds this step's block-diagonal M
+        blocks = [[(-hk * GAUSS_A[i, j]) * self._current[j * self.n:(j + 1) * self.n,
+                                                           j * self.n:(j + 1) * self.n]
+                   for j in range(_STAGES)] for i in range(_STAGES)]
+        K = (sp.identity(_STAGES * self.n, format="csc") + sp.bmat(blocks, format="csc"))
+        return splu(K).solve(r.reshape(_STAGES * self.n, -1)).reshape(r.shape)
 
 
 # ----------------------------------------------------------------------------- the two passes

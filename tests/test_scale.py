@@ -298,3 +298,31 @@ def test_wide_shooting_by_sensitivities_agrees_with_the_differences(monkeypatch)
     # Eleven samples of each state at noise 0.05: RMS error ~0.05 / sqrt(11) = 0.015
     # (measured 0.0155); 0.025 fails an estimate 60 % worse than that.
     assert np.sqrt(np.mean((exact - x0) ** 2)) < 0.025
+
+
+def test_sparse_sensitivities_through_stiff_steps_equal_the_dense_pass(monkeypatch):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from scale import reaction_diffusion_model
+
+    d = 120  # stiff: D d^2 = 14, eigenvalues to ~-58; BDF's long steps defeat the series
+    model = reaction_diffusion_model(d)
+    s = (np.arange(d) + 0.5) / d
+    theta = np.array([0.001, 2.0])
+    traj = sensitivity_module.forward_trajectory(
+        model, theta, 0.05 + 0.9 * np.exp(-((s - 0.3) / 0.08) ** 2), 0.0,
+        np.linspace(0.0, 3.0, 13), integrator="BDF", rtol=1e-6, atol=1e-8)
+    traj = traj.scipy() if traj.native is not None else traj
+    calls = []
+    original = sensitivity_module._neumann_series
+    monkeypatch.setattr(sensitivity_module, "_neumann_series",
+                        lambda r, apply, **kw: calls.append(original(r, apply, **kw))
+                        or calls[-1])
+    sparse = sensitivity_module.sensitivities(model, theta, traj)
+    assert any(c is None for c in calls)  # some steps took the sparse LU
+    monkeypatch.setattr(sensitivity_module, "_SPARSE_FORWARD_MIN_STATES", 10**9)
+    dense = sensitivity_module.sensitivities(model, theta, traj)
+    # Sparse LU against dense solves of the same stage systems: round-off.
+    np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-10 * np.abs(dense).max())
