@@ -326,3 +326,26 @@ def test_sparse_sensitivities_through_stiff_steps_equal_the_dense_pass(monkeypat
     dense = sensitivity_module.sensitivities(model, theta, traj)
     # Sparse LU against dense solves of the same stage systems: round-off.
     np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-10 * np.abs(dense).max())
+
+
+class Unfolding(ODEModel):
+    """State i feeds on state i + 1 only between times i and i + 1: every time switches on
+    its own Jacobian entry, so widenings from 64 points at a time do not find them all."""
+
+    param_names = ("k",)
+
+    def __init__(self, n_states=300):
+        self.state_names = tuple(f"x{i}" for i in range(int(n_states)))
+
+    def rhs(self, t, x, theta):
+        index = torch.arange(x.shape[-1], dtype=x.dtype)
+        switch = ((t[..., None] > index) & (t[..., None] < index + 1)).to(x.dtype)
+        return -theta[0] * x + switch * torch.roll(x, -1, -1) ** 2
+
+
+def test_a_sparsity_that_keeps_growing_is_refused_not_guessed():
+    model = Unfolding(300)
+    t = np.arange(300.0) + 0.5
+    X = np.random.default_rng(0).uniform(0.5, 2.0, (300, 300))
+    with pytest.raises(sklode.exceptions.ModelError, match="keeps growing"):
+        model.jac_x_sparse(t, X, [1.0])

@@ -553,7 +553,7 @@ class ODEModel:
         """
         x = np.asarray(x, dtype=np.float64)
         self.jac_x_sparsity(t, x, theta)
-        for _ in range(2):  # at most one widening: the second pattern contains the first
+        for attempt in range(4):  # each widening adds what up to 64 disagreeing points show
             rows, cols, colour, pattern = self.__dict__["_sparsity_cache"]
             values = np.empty(x.shape[:-1] + (rows.size,))
             for k in range(colour.max() + 1 if colour.size else 0):
@@ -577,11 +577,17 @@ class ODEModel:
             bad_points = np.flatnonzero(np.any(wrong, axis=1))
             if bad_points.size == 0:
                 return rows, cols, values
+            if attempt == 3:
+                break
             flat = x.reshape(-1, x.shape[-1])
             times = np.broadcast_to(np.asarray(t, dtype=np.float64), x.shape[:-1]).reshape(-1)
             self._store_sparsity(pattern | self._pattern_at(times, flat, theta,
                                                             rows=bad_points[:64]))
-        return rows, cols, values
+        raise ModelError(
+            f"The sparsity of df/dx of {self!r} keeps growing: entries that vanish where they "
+            "were probed appear at other points (three widenings did not find them all), so "
+            "its structural entries cannot be read reliably. Report the model; the dense "
+            "jac_x is exact.")
 
     def curvature_x(self, t, x, theta, weights):
         """Weighted sum of the pure second derivatives, ``sum_l weights_l d^2 f / dx_l^2``.
