@@ -269,10 +269,11 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
             X = np.concatenate([X0[:, None, :], X], axis=1)
         return X[:, :, observed][:, seen]
 
-    def with_sensitivities(z):
+    def with_sensitivities(z, sign=1.0):
         """Trajectory from ``z`` and its exact Jacobian from one forward-sensitivity pass
         (wide models: the differences are one solve of n_free + 1 copies of the model,
-        and the sensitivities read df/dx through its structural entries)."""
+        and the sensitivities read df/dx through its structural entries). ``sign`` is
+        :func:`with_differences`'s, without meaning for an exact Jacobian."""
         from ._sensitivity import forward_trajectory, sensitivities
 
         traj = forward_trajectory(model, theta, full(z[None])[0], t0, t,
@@ -283,11 +284,15 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
     def with_differences(z, sign=1.0):
         """Trajectory from ``z`` and its forward (``sign=-1``: backward) differences, one
         batched solve (a batch costs little more than one solve for small models)."""
-        if n_states >= _SENSITIVITY_MIN_STATES:
-            return with_sensitivities(z)
         h = sign * _FD_STEP * np.maximum(1.0, np.abs(z))
         X = trajectories(np.vstack([z, z + np.diag(h)]))
         return X[0], ((X[1:] - X[0]) / h[:, None]).T
+
+    # Wide models: the exact Jacobian (one sparse pass, nothing to retry backwards); others:
+    # forward differences, backward ones if the forward batch blows up.
+    wide = n_states >= _SENSITIVITY_MIN_STATES
+    with_jacobian = with_sensitivities if wide else with_differences
+    signs = (1.0,) if wide else (1.0, -1.0)
 
     # The trust region asks for the Jacobian at every accepted state right after its
     # residual: keeping the residual's differences halves the solves (FitzHugh-Nagumo: 12.6
@@ -296,7 +301,7 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
 
     def residual(z):
         try:
-            X0, jac = with_differences(z)
+            X0, jac = with_jacobian(z)
         except IntegrationError:
             cache.clear()  # the Jacobian, if asked for, is formed on its own below
             try:
@@ -309,9 +314,9 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
     def jacobian(z):
         if "z" in cache and np.array_equal(cache["z"], z):
             return cache["jac"]
-        for sign in (1.0, -1.0):  # backward differences if the forward batch blows up
+        for sign in signs:
             try:
-                return with_differences(z, sign)[1]
+                return with_jacobian(z, sign)[1]
             except IntegrationError:
                 continue
         return np.zeros((Y_seen.size, n_free))  # no direction integrates: the loop stops

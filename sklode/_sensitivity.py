@@ -422,16 +422,14 @@ class _SparseStages:
     and ``n^2`` numbers per node (Lorenz-96 at n = 1,000: 8 MB per node, and a thousand
     passes per chunk); :meth:`~sklode.ODEModel.jac_x_sparse` gives the few that are not zero
     with a handful of passes per chunk. ``K x = r`` is solved by the same Neumann series as
-    :class:`_StageSolver`'s, with sparse products; a step where it does not converge
-    (stiff) is solved densely from the same entries.
+    :class:`_StageSolver`'s, with sparse products; a step where it does not converge within
+    ``_SPARSE_MAX_SWEEPS`` (stiff) is solved by a sparse LU of the same entries.
     """
 
-    def __init__(self, h, rows, cols, values):
+    def __init__(self, h, n, rows, cols, values):
         import scipy.sparse as sp
 
-        self.h, self.values = h, values  # values: (m, 3, nnz)
-        self.n = n = int(max(rows.max(), cols.max())) + 1 if rows.size else 0
-        self.rows, self.cols = rows, cols
+        self.h, self.n, self.values = h, n, values  # values: (m, 3, nnz)
         # The three nodes' Jacobians of a step as one block-diagonal (3n, 3n) matrix: one
         # construction per step, one product per sweep.
         indptr = np.searchsorted(rows, np.arange(n + 1))
@@ -542,7 +540,7 @@ def _sparse_sensitivities(model, theta, traj, S, out, first_param_column):
         rows, cols, values = model.jac_x_sparse(times, x, theta)   # (m, 3, nnz)
         G = np.zeros(x.shape + (q,))
         G[..., first_param_column:] = model.jac_theta(times, x, theta)  # (m, 3, n, p)
-        stages = _SparseStages(h, rows, cols, values)
+        stages = _SparseStages(h, n, rows, cols, values)
         for k in range(hi - lo):
             hk = h[k]
             Z = stages.solve(k, S[None] + hk * np.tensordot(GAUSS_A, G[k], axes=1))

@@ -28,6 +28,7 @@ from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
 from ..exceptions import PoorFitWarning, SklodeError, warn
 from ..models import check_model
+from ..models._base import sum_by_index
 from ._solver import bcd_prox_solve
 from ._start import (
     decoupled_hidden_states,
@@ -82,9 +83,7 @@ def fastest_rates(model, t, X, theta, steps):
     rows, cols, values = model.jac_x_sparse(t, X, theta)
     coupled = np.zeros((n, n), dtype=bool)
     coupled[rows, cols] = np.any(values != 0, axis=0)
-    row_sums = np.zeros((values.shape[0], n))
-    np.add.at(row_sums.T, rows, np.abs(values).T)
-    rates = row_sums.max(axis=1)
+    rates = sum_by_index(np.abs(values), rows, n).max(axis=1)  # largest absolute row sum
     for k in np.flatnonzero(rates * steps > _MAX_STEP_RATE):
         J = np.zeros((n, n))
         J[rows, cols] = values[k]

@@ -84,6 +84,28 @@ def _guarded(compiled, torch_path):
     return call
 
 
+def sum_by_index(values, index, size):
+    """``out[..., i] = sum of values[..., k] over the k with index[k] == i``.
+
+    The entries of a sparse Jacobian (:meth:`ODEModel.jac_x_sparse`) gathered per equation
+    (``index = rows``) or per state (``cols``), as one sparse matrix product.
+
+    Parameters
+    ----------
+    values : ndarray of shape (..., nnz)
+    index : ndarray of int of shape (nnz,)
+    size : int
+
+    Returns
+    -------
+    ndarray of shape (..., size)
+    """
+    gather = scipy.sparse.csr_matrix((np.ones(index.size), index, np.arange(index.size + 1)),
+                                     shape=(index.size, size))
+    flat = values.reshape(-1, index.size)
+    return np.asarray(flat @ gather).reshape(values.shape[:-1] + (size,))
+
+
 class ODEModel:
     """Parametric ordinary differential equation ``x'(t) = rhs(t, x, theta)``.
 
@@ -565,11 +587,8 @@ class ODEModel:
             weights = np.random.default_rng(1).standard_normal(x.shape)
             vx, _ = self.vjp(t, x, theta, weights)
             terms = weights.reshape(-1, x.shape[-1])[:, rows] * values.reshape(-1, rows.size)
-            to_columns = scipy.sparse.csr_matrix(  # entry k of a row adds to column cols[k]
-                (np.ones(rows.size), cols, np.arange(rows.size + 1)),
-                shape=(rows.size, x.shape[-1]))
-            sparse_vx = np.asarray(terms @ to_columns)
-            magnitude = np.asarray(np.abs(terms) @ to_columns)  # the scale of the round-off
+            sparse_vx = sum_by_index(terms, cols, x.shape[-1])
+            magnitude = sum_by_index(np.abs(terms), cols, x.shape[-1])  # round-off's scale
             with np.errstate(invalid="ignore"):
                 wrong = np.abs(sparse_vx - vx.reshape(sparse_vx.shape)) > 1e-9 * (
                     magnitude + np.abs(vx.reshape(sparse_vx.shape)) + 1e-300)

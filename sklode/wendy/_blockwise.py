@@ -22,8 +22,9 @@ structural entries only (:meth:`~sklode.ODEModel.jac_x_sparse`).
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.linalg import cho_solve, cholesky, solve_triangular
+
+from ..models._base import sum_by_index
 
 __all__ = ["DENSE_MAX_ROWS", "BlockWhitening", "DenseWhitening", "block_covariances",
            "block_score_bias", "sandwich_covariance"]
@@ -92,12 +93,6 @@ class BlockWhitening:
         return np.stack([cho_solve((f, True), eye) for f in self.factors])
 
 
-def _to_columns(cols, n):
-    """Sparse (nnz, n): row k has a one in column ``cols[k]`` (sums entries per state)."""
-    return sp.csr_matrix((np.ones(cols.size), cols, np.arange(cols.size + 1)),
-                         shape=(cols.size, n))
-
-
 def block_covariances(Phi, Phidot, rows, cols, values, s2):
     """The diagonal blocks ``C_ii`` of the weak residual's covariance, shape (d, K, K).
 
@@ -112,7 +107,7 @@ def block_covariances(Phi, Phidot, rows, cols, values, s2):
     """
     K, n_times = Phi.shape
     d = s2.size
-    W = np.asarray((values**2 * s2[cols]) @ _to_columns(rows, d))  # (n_times, d)
+    W = sum_by_index(values**2 * s2[cols], rows, d)  # (n_times, d)
     diagonal = np.zeros((n_times, d))
     on_diagonal = rows == cols
     diagonal[:, rows[on_diagonal]] = values[:, on_diagonal] * s2[rows[on_diagonal]]
@@ -137,8 +132,7 @@ def _transpose_L_times(Phi, Phidot, rows, cols, values, sigma, V):
     out = np.einsum("kn,klq->nlq", Phidot, V)
     n_times, d, q = out.shape
     terms = values[:, :, None] * PV[:, rows, :]  # (n_times, nnz, q): J_il (Phi^T V_i)
-    gathered = _to_columns(cols, d).T @ terms.transpose(1, 0, 2).reshape(rows.size, -1)
-    out += np.asarray(gathered).reshape(d, n_times, q).transpose(1, 0, 2)
+    out += sum_by_index(terms.transpose(0, 2, 1), cols, d).transpose(0, 2, 1)
     return sigma[None, :, None] * out
 
 

@@ -176,25 +176,36 @@ def noise_corrected_split(model, t, U, f0, F1, s2):
     """
     p = F1.shape[-1]
     basis = np.eye(p)
-    if U.shape[1] >= SPARSE_MIN_STATES:
-        return _noise_corrected_split_sparse(model, t, U, f0, F1, s2)
-    J0 = model.jac_x(t, U, np.zeros(p))
+    sparse = U.shape[1] >= SPARSE_MIN_STATES
+
+    def entries(theta):
+        """``df/dx`` at ``theta`` as (equations, states, values per point): the structural
+        entries for many states, every entry (row-major) otherwise."""
+        if sparse:
+            return model.jac_x_sparse(t, U, theta)
+        J = model.jac_x(t, U, theta)
+        rows, cols = np.indices(J.shape[1:]).reshape(2, -1)
+        return rows, cols, J.reshape(J.shape[0], -1)
 
     def affine_in_x(gradient):
         # The same x-gradient at every point: no curvature to compute (most of the paper's
         # features, e.g. u; u1 u2 has a varying gradient and zero curvature).
         return bool(np.all(gradient == gradient[:1]))
 
+    rows, cols, J0 = entries(np.zeros(p))
     zero = np.zeros_like(U)
     m0 = zero if affine_in_x(J0) else 0.5 * model.curvature_x(t, U, np.zeros(p), s2)
     M1 = np.empty_like(F1)
     slices = []  # (equation, param, state, values), one parameter at a time: no n d^2 p array
     for j in range(p):
-        gradient = model.jac_x(t, U, basis[j]) - J0  # (n_times, equation, state)
+        r, _, Jj = entries(basis[j])
+        if r.size != rows.size:  # the sparse pattern was widened: read J0 again on it
+            rows, cols, J0 = entries(np.zeros(p))
+        gradient = Jj - J0  # (n_times, entries)
         M1[..., j] = zero if affine_in_x(gradient) else \
             0.5 * model.curvature_x(t, U, basis[j], s2) - m0
-        for a, l in zip(*np.nonzero(np.any(gradient != 0, axis=0))):  # noqa: E741
-            slices.append((a, j, l, gradient[:, a, l]))
+        for k in np.flatnonzero(np.any(gradient != 0, axis=0)):
+            slices.append((rows[k], j, cols[k], gradient[:, k]))
     equation, param, state, values = zip(*slices) if slices else ((), (), (), ())
     H = FeatureGradients(np.array(equation, dtype=int), np.array(param, dtype=int),
                          np.array(state, dtype=int),
@@ -207,33 +218,3 @@ def noise_corrected_split(model, t, U, f0, F1, s2):
 #: would be 8 GB at d = 1,000 and 1,001 samples.
 SPARSE_MIN_STATES = 64
 
-
-def _noise_corrected_split_sparse(model, t, U, f0, F1, s2):
-    """:func:`noise_corrected_split` from the sparse Jacobian (the same slices, the same
-    curvature; :meth:`~sklode.ODEModel.curvature_x` switches to its coloured products at
-    this size too)."""
-    p = F1.shape[-1]
-    basis = np.eye(p)
-    rows, cols, J0 = model.jac_x_sparse(t, U, np.zeros(p))
-
-    def affine_in_x(gradient):
-        return bool(np.all(gradient == gradient[:1]))
-
-    zero = np.zeros_like(U)
-    m0 = zero if affine_in_x(J0) else 0.5 * model.curvature_x(t, U, np.zeros(p), s2)
-    M1 = np.empty_like(F1)
-    slices = []
-    for j in range(p):
-        r, c, Jj = model.jac_x_sparse(t, U, basis[j])
-        if r.size != rows.size:  # the pattern was widened: read J0 again on it
-            rows, cols, J0 = model.jac_x_sparse(t, U, np.zeros(p))
-        gradient = Jj - J0  # (n_times, nnz)
-        M1[..., j] = zero if affine_in_x(gradient) else \
-            0.5 * model.curvature_x(t, U, basis[j], s2) - m0
-        for k in np.flatnonzero(np.any(gradient != 0, axis=0)):
-            slices.append((rows[k], j, cols[k], gradient[:, k]))
-    equation, param, state, values = zip(*slices) if slices else ((), (), (), ())
-    H = FeatureGradients(np.array(equation, dtype=int), np.array(param, dtype=int),
-                         np.array(state, dtype=int),
-                         np.column_stack(values) if values else np.zeros((U.shape[0], 0)), p)
-    return f0 - m0, F1 - M1, H
