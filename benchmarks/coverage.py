@@ -87,12 +87,15 @@ def one_fit(method, name, noise, seed):
     cpu = time.process_time() - start
     said = sorted({w.category.__name__ for w in caught
                    if w.category.__module__.startswith("sklode")})
+    # the start of each message too: which check spoke (a category has several)
+    messages = sorted({str(w.message)[:100] for w in caught
+                       if w.category.__module__.startswith("sklode")})
     # z of the interval the user gets (centred on theta_ - theta_bias_ after a bootstrap)
     lower, upper = est.confidence_intervals(0.95).T
     z = ((lower + upper) / 2 - p.theta) / est.theta_stderr_
     z_theta = (est.theta_ - p.theta) / est.theta_stderr_  # centred on theta_ itself
     return {"z": [float(v) for v in z], "z_theta": [float(v) for v in z_theta], "cpu": cpu,
-            "warned": said}
+            "warned": said, "messages": messages}
 
 
 def merge(old, new, new_fits):

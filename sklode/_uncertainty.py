@@ -62,10 +62,16 @@ class FitUncertainty:
         ODE cannot be solved at the fit.
     unidentifiable : tuple of str
         One description per combination of unknowns the data cannot pin down.
+    step : ndarray of shape (n_unknowns,) or None
+        One Gauss-Newton step of the output-error cost from the point (zero at its optimum;
+        NaN for unidentifiable unknowns): for a method whose estimate is not that optimum
+        (BCD-prox), how far the optimum lies, which the covariance's intervals do not see.
+        None where no residual was at hand.
     """
 
     cov: np.ndarray
     unidentifiable: tuple
+    step: np.ndarray | None = None
 
 
 def unknown_names(objective, model, several):
@@ -149,13 +155,16 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None):
             variance = np.sum(r[rows_of] ** 2) / max(rows_of.size * dof_fraction, 1.0)
             if variance > 0:
                 J[rows_of] /= np.sqrt(variance)
+                r[rows_of] /= np.sqrt(variance)
         chi2 = 1.0
     elif modelled:  # the noise is part of the model: no common factor left to estimate
         chi2 = 1.0
     else:
         chi2 = reduced_chi_square(objective, u)
+    # the Fisher Jacobian of a modelled noise is not the residual's: no Gauss-Newton step
     return _covariance(J, chi2, objective.to_z(u), _typical_sizes(objective, u), names,
-                       objective.n_x0, theta_cov)
+                       objective.n_x0, theta_cov,
+                       residual=r if not modelled and r.shape == J.shape[:1] else None)
 
 
 def reduced_chi_square(objective, u):
@@ -212,11 +221,14 @@ def _typical_sizes(objective, u):
     return sizes
 
 
-def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
+def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None):
     """``chi2 (J^T J)^-1`` computed on unit-length columns; unknowns in a structurally
     unidentifiable direction set to infinite variance; practically unidentifiable ones kept
-    (their variance is already large) but named."""
+    (their variance is already large) but named. With ``residual`` (weighted as ``J``, its
+    first rows the data's), also the Gauss-Newton step ``-J^+ r`` on the same identifiable
+    directions (:attr:`FitUncertainty.step`)."""
     n = z.size
+    step = None if residual is None else np.zeros(n)
     norms = np.linalg.norm(J, axis=0)
     size = norms * sizes  # each column in relative units
     dead = size <= _ZERO_COLUMN * max(float(np.max(size, initial=0.0)), 1e-300)
@@ -227,9 +239,12 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
     named = set()  # the sets of unknowns already named: one sentence each
     cov = np.zeros((n, n))
     if live.size:
-        _, s, Vt = np.linalg.svd(J[:, live] / norms[live], full_matrices=False)
+        U, s, Vt = np.linalg.svd(J[:, live] / norms[live], full_matrices=False)
         weak = s < COLLINEARITY_TOL
         inverse = np.where(weak, 0.0, 1.0 / np.where(weak, 1.0, s) ** 2)
+        if step is not None:
+            projected = U.T @ residual
+            step[live] = -(Vt.T @ (np.sqrt(inverse) * projected)) / norms[live]
         cov[np.ix_(live, live)] = chi2 * ((Vt.T * inverse) @ Vt) / np.outer(norms[live],
                                                                             norms[live])
         if theta_cov is not None:
@@ -272,8 +287,10 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None):
         cov[bad, :] = np.nan
         cov[:, bad] = np.nan
         cov[bad, bad] = np.inf
+        if step is not None:
+            step[bad] = np.nan
     # several singular directions among the same unknowns read the same: say it once
-    return FitUncertainty(cov, tuple(dict.fromkeys(unidentifiable)))
+    return FitUncertainty(cov, tuple(dict.fromkeys(unidentifiable)), step)
 
 
 def _combination(names, relative):
@@ -384,4 +401,6 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
         return result
     cov = np.full((n_x0 + result.cov.shape[0],) * 2, np.nan)
     cov[n_x0:, n_x0:] = result.cov
-    return FitUncertainty(cov, result.unidentifiable)
+    step = None if result.step is None else np.concatenate([np.full(n_x0, np.nan),
+                                                            result.step])
+    return FitUncertainty(cov, result.unidentifiable, step)

@@ -540,6 +540,7 @@ class BCDProxODE(ODEEstimator):
 
         uncertainty_attributes = self._uncertainty_attributes(uncertainty, split.data, fitted,
                                                               transformed, z0s)
+        uncertainty_attributes.update(self._offset_attributes(uncertainty, fitted))
         uncertainty_attributes["x0_stderr_"] = split.rows_back(
             uncertainty_attributes["x0_stderr_"])
         x0s = split.x0_back(x0s)
