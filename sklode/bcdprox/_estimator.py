@@ -236,6 +236,13 @@ class BCDProxODE(ODEEstimator):
         With ``n_boot`` > 0: the replicates' mean minus ``theta_``, BCD-prox's bias at this
         fit (:meth:`confidence_intervals` takes it out; above 1.5 standard errors it warns
         :class:`~sklode.exceptions.PoorFitWarning`). None without a bootstrap.
+    output_error_offset_ : ndarray of shape (n_params,) or None
+        How far ``theta_`` lies from the output-error optimum, per parameter in standard
+        errors: one Gauss-Newton step of that cost from the fit (0 for ``fixed``
+        parameters, NaN for unidentifiable ones). ``theta_cov_`` without a bootstrap is the
+        optimum's spread: beyond 1 the intervals centred here undercover, and the fit warns
+        :class:`~sklode.exceptions.PoorFitWarning` (not with ``n_boot`` or bounds). None
+        where the forward solve at the fit failed.
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     states_ : ndarray of shape (n_samples, n_states), or a list of them
