@@ -363,12 +363,13 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 "x0_stderr_": x0_stderr if data.several else x0_stderr[0],
                 "unidentifiable_": uncertainty.unidentifiable}
 
-    def _offset_attributes(self, uncertainty, fitted):
+    def _offset_attributes(self, uncertainty, fitted, adequate):
         """``output_error_offset_``: how far the method's estimate lies from the output-error
         optimum, per parameter in standard errors (the Gauss-Newton step of that cost from
         the fit, :attr:`FitUncertainty.step`; 0 for held parameters, NaN where it is not
         known); warns when it exceeds ``OUTPUT_ERROR_OFFSET`` and the intervals are the
-        output-error ones at the fit (no bootstrap, no bounds that could stop the step)."""
+        output-error ones at the fit (no bootstrap, no bounds that could stop the step),
+        unless the fit was already called poor (``adequate`` False: that warning says more)."""
         n_params = self.model.n_params
         if uncertainty.step is None:
             return {"output_error_offset_": None}
@@ -380,7 +381,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         bounded = (getattr(self, "bounds", None) is not None
                    or getattr(self, "x0_bounds", None) is not None)
         size = np.abs(offset)
-        if (getattr(self, "n_boot", 0) == 0 and not bounded
+        if (getattr(self, "n_boot", 0) == 0 and not bounded and adequate is not False
                 and np.nanmax(size, initial=0.0) > OUTPUT_ERROR_OFFSET):
             worst = int(np.nanargmax(size))
             warn(f"{type(self).__name__}'s estimate lies {size[worst]:.1f} standard errors "

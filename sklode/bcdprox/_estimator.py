@@ -547,12 +547,14 @@ class BCDProxODE(ODEEstimator):
 
         uncertainty_attributes = self._uncertainty_attributes(uncertainty, split.data, fitted,
                                                               transformed, z0s)
-        uncertainty_attributes.update(self._offset_attributes(uncertainty, fitted))
         uncertainty_attributes["x0_stderr_"] = split.rows_back(
             uncertainty_attributes["x0_stderr_"])
         x0s = split.x0_back(x0s)
         uncertainty_attributes = self._bootstrap_attributes(given, theta, x0s, fitted,
                                                             uncertainty_attributes)
+        assessment = self._assess_fit(
+            data, theta, x0s, f"Try substeps={2 * self.substeps} (grid times between the "
+            "samples), or AdjointODE started from this theta_.", polish_fitted=fitted)
         return self._set_fitted(
             theta_=theta, states_=per_experiment(split.states_back(states)),
             x0_=x0s if data.several else x0s[0], **uncertainty_attributes,
@@ -566,7 +568,6 @@ class BCDProxODE(ODEEstimator):
                                     sigma=self.sigma, noise_kind=self.noise_kind,
                                     n_fitted=int(fitted.sum()) + int(estimated_x0_mask(
                                         split.data).sum())),
-            **self._assess_fit(data, theta, x0s, f"Try substeps={2 * self.substeps} (grid "
-                               "times between the samples), or AdjointODE started from "
-                               "this theta_.", polish_fitted=fitted),
+            **assessment, **self._offset_attributes(uncertainty, fitted,
+                                                    assessment["fit_adequate_"]),
             **self._data_attributes(data))
