@@ -170,6 +170,10 @@ def write_markdown(results):
                 f"{f['within_0.1']} | {f['cpu_s']:.1f} | "
                 + (f"{p['best']:.4f} | {p['within_0.1']} | {p['cpu_s']:.1f} |" if "best" in p
                    else f"{p.get('error', 'not run')[:80]} | — | — |"))
+        older = {k: f["code"] for k, f in sorted(fits.items()) if "code" in f}
+        if older:
+            lines += ["", "Rows fitted with an earlier sklode than the others (their CPU is "
+                      "that code's): " + "; ".join(f"{k}: {v}" for k, v in older.items()) + "."]
         lines += ["", "Problems without a row here were not fitted in this run (each start is "
                   "minutes on the larger ones: `--fit NAME` runs them)."]
     (RESULTS / "petab.md").write_text("\n".join(lines) + "\n")

@@ -362,6 +362,40 @@ class Observation:
         self._check_domain(self._t, X, theta)
         return X, theta
 
+    def _numpy_predicted(self, X, theta):
+        """``(H, h, s)``: every observable, the data columns' and their standard deviations,
+        through the compiled observation and noise models (numpy, no torch call: a PEtab
+        problem has dozens of experiments per evaluation); None where they do not compile.
+        """
+        functions = self._compiled_observation()
+        if functions is None:
+            return None
+        observe, noise = functions
+        cols = list(self.columns)
+        with np.errstate(all="ignore"):
+            H = X if observe is True else observe[0](self.t, X, theta)
+            s = (noise[0](self.t, H, theta)[:, cols] if self.modelled_noise
+                 else self._sigma_or_ones().numpy())
+        return H, H[:, cols], s
+
+    def _check_values(self, h, s):
+        """:meth:`_check_domain` on numpy values."""
+        observed = self.mask
+        is_log = self._is_log.numpy()
+        if np.any((h <= 0) & is_log & observed):
+            raise IntegrationError(
+                "A predicted observable read on the log scale is not positive "
+                f"(smallest {float(h[np.broadcast_to(is_log, h.shape) & observed].min()):.3g}"
+                "): the log-normal likelihood is undefined there.")
+        if self.modelled_noise:
+            with np.errstate(all="ignore"):
+                small = 2.0 * np.log(s) + self._offset.numpy() < 0
+            if np.any(observed & (~(s > 0) | small)):
+                raise IntegrationError(
+                    "The model's noise_sd is not positive (or vanishingly small) at some "
+                    "observation: its parameters have left the range where the "
+                    "likelihood is defined. Bound them (bounds=, positive=).")
+
     def _flat(self, rows):
         """``(n_times, k)`` rows into the residual's order: data rows by time, then noise."""
         m = self.n_columns
@@ -383,11 +417,32 @@ class Observation:
         ndarray of shape (n_rows,)
             Zero for missing entries.
         """
+        if not self._any_laplace:
+            X = np.asarray(X, dtype=np.float64)
+            theta = np.asarray(theta, dtype=np.float64)
+            values = self._numpy_predicted(X, theta)
+            if values is not None:
+                _, h, sd = values
+                self._check_values(h, sd)
+                return self._flat(self._numpy_rows(h, sd))
         X, theta = self._inputs(X, theta)
         with torch.no_grad():
             rows = self._rows(self._t, X, theta, self._y_on_scale, self._sigma_or_ones(),
                               self._mask)
         return self._flat(rows.numpy())
+
+    def _numpy_rows(self, h, s):
+        """:meth:`_rows` (normal kinds) on numpy values."""
+        is_log = self._is_log.numpy()
+        mask = self._mask.numpy()
+        with np.errstate(all="ignore"):
+            on_scale = np.where(is_log, np.log(np.clip(h, 1e-300, None))
+                                / self._log_divisor.numpy(), h) if self._any_log else h
+            r = np.where(self.mask, (on_scale - self._y_on_scale.numpy()) / s, 0.0) * mask
+            if not self.modelled_noise:
+                return r
+            noise = np.sqrt(np.clip(2.0 * np.log(s) + self._offset.numpy(), 0.0, None))
+        return np.concatenate([r, np.where(self.mask, noise, 0.0)], axis=-1)
 
     def _sigma_or_ones(self):
         return self._sigma if self._sigma is not None else torch.ones_like(self._y)
@@ -440,9 +495,9 @@ class Observation:
         functions = self._compiled_observation()
         if functions is None:
             return None
-        self._inputs(X, theta)  # the domain checks
         X = np.asarray(X, dtype=np.float64)
         theta = np.asarray(theta, dtype=np.float64)
+        self._check_values(*self._numpy_predicted(X, theta)[1:])  # the domain checks
         observe, noise = functions
         n, d, p = X.shape[0], X.shape[1], theta.size
         cols = list(self.columns)

@@ -124,6 +124,48 @@ def test_compiled_observation_jacobians_equal_torch(noise_kind, fisher):
         assert_allclose(got, expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("noise_kind", ["absolute", "log10normal"])
+def test_compiled_observation_residual_and_domain_check_equal_torch(noise_kind):
+    # The residual through the compiled observe/noise_sd (numpy: a PEtab problem evaluates
+    # dozens of experiments per step) against torch's rows, with a missing entry; and the
+    # same IntegrationError where a log kind meets a non-positive prediction
+    import torch
+
+    from sklode._objective import observation_for
+    from sklode.exceptions import IntegrationError
+
+    class IndexedPK(OralPK):
+        def observe(self, t, x, theta):
+            return torch.stack([x[..., 1] / theta[2]], dim=-1)
+
+        def noise_sd(self, t, y, theta):
+            return torch.stack([theta[3] + theta[4] * y[..., 0]], dim=-1)
+
+    model = IndexedPK()
+    experiment = pk_experiments()[0]
+    Y = experiment.Y.copy()
+    Y[3] = np.nan
+    data = check_experiments([Experiment(experiment.t, Y)], None, model=model,
+                             estimate_x0=False, x0=[0, 0], t0=0.0, estimator_name="test")
+    e = data.experiments[0]
+    observation = observation_for(model, e, data.observed, 1.0, noise_kind)
+    X = np.abs(np.random.default_rng(1).normal(5.0, 1.0, (e.t.size, model.n_states)))
+    compiled = observation.residual(X, PK_TRUTH)
+    with torch.no_grad():
+        rows = observation._rows(observation._t, torch.from_numpy(X),
+                                 torch.from_numpy(np.asarray(PK_TRUTH, dtype=np.float64)),
+                                 observation._y_on_scale, observation._sigma_or_ones(),
+                                 observation._mask)
+    # the same elementwise formulas in numpy: equal to round-off
+    assert_allclose(compiled, observation._flat(rows.numpy()), rtol=1e-13, atol=1e-15)
+    assert observation.modelled_noise  # noise_sd: a data row and a noise row per entry
+    assert compiled[3] == 0 and compiled[observation.n_rows // 2 + 3] == 0  # the missing one
+    if noise_kind == "log10normal":
+        X[2, 1] = -1.0
+        with pytest.raises(IntegrationError, match="read on the log scale is not positive"):
+            observation.residual(X, PK_TRUTH)
+
+
 def test_sensitivities_are_continuous_across_a_dose():
     model = TwoStates()
     t = np.linspace(0.5, 12, 24)
