@@ -50,14 +50,19 @@ def one(name, starts):
     solver.set_relative_tolerance(1e-8)
     solver.set_absolute_tolerance(1e-10)
     pproblem = importer.create_problem(objective)
-    # the starts on the optimiser's (scaled) parameters, in pyPESTO's free-parameter order
-    free = [problem.x_ids[i] for i in problem.x_free_indices]
+    # the starts on the optimiser's (scaled) parameters, in pyPESTO's full parameter order
+    # (its guesses span every parameter; a fixed one keeps its value)
     scales = dict(zip(problem.parameter_df.index, problem.parameter_df.parameterScale))
+    fixed = dict(zip((pproblem.x_names[i] for i in pproblem.x_fixed_indices),
+                     pproblem.x_fixed_vals))
     guesses = []
     for start in starts["values"]:
         by_name = dict(zip(starts["names"], start))
         row = []
-        for pid in free:
+        for pid in pproblem.x_names:
+            if pid in fixed:
+                row.append(fixed[pid])
+                continue
             v = by_name[pid]
             row.append(np.log10(v) if scales[pid] == "log10" else
                        np.log(v) if scales[pid] == "log" else v)

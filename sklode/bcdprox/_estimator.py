@@ -237,8 +237,9 @@ class BCDProxODE(ODEEstimator):
         fit (:meth:`confidence_intervals` takes it out; above 1.5 standard errors it warns
         :class:`~sklode.exceptions.PoorFitWarning`). None without a bootstrap.
     output_error_offset_ : ndarray of shape (n_params,) or None
-        How far ``theta_`` lies from the output-error optimum, per parameter in standard
-        errors: one Gauss-Newton step of that cost from the fit (0 for ``fixed``
+        How far ``theta_`` lies from the output-error optimum, per parameter in that
+        optimum's standard errors (``theta_stderr_`` without a bootstrap): one Gauss-Newton
+        step of the output-error cost from the fit (0 for ``fixed``
         parameters, NaN for unidentifiable ones). ``theta_cov_`` without a bootstrap is the
         optimum's spread: beyond 1 the intervals centred here undercover, and the fit warns
         :class:`~sklode.exceptions.PoorFitWarning` (not with ``n_boot`` or bounds). None
