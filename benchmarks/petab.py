@@ -156,8 +156,9 @@ def write_markdown(results):
             "where SUNDIALS is found: here Debian 12's SUNDIALS 6.4.1, CVODES' forward "
             "sensitivities); pyPESTO: Fides with AMICI's forward sensitivities at rtol 1e-8 "
             "from the same points (`benchmarks/petab_pypesto.py`, its own environment, run "
-            "after sklode's on the same day). 'within 0.1': starts whose final -log L is "
-            "within 0.1 of that tool's best.",
+            "after sklode's on the same day; on petab's flattened problem where AMICI refuses "
+            "time-point-specific mappings: Fiedler). 'within 0.1': starts whose final -log L "
+            "is within 0.1 of that tool's best.",
             "",
             "| problem | starts | nominal -log L | sklode best | within 0.1 | sklode CPU s | "
             "pyPESTO best | within 0.1 | pyPESTO CPU s |",
