@@ -316,8 +316,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                      "differs between experiments (see MixedEffectsODE).", PoorFitWarning)
                 adequate = False
 
-        bounded = (getattr(self, "bounds", None) is not None
-                   or getattr(self, "x0_bounds", None) is not None)
+        bounded = self._has_bounds()
         # the polish costs about one more fit: run it where the cheap checks cannot judge
         # (too few samples per experiment for the noise) or the fit is suspect
         suspect = ratios is None or np.max(ratios) > POLISH_RATIO
@@ -363,6 +362,12 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 "x0_stderr_": x0_stderr if data.several else x0_stderr[0],
                 "unidentifiable_": uncertainty.unidentifiable}
 
+    def _has_bounds(self):
+        """Whether ``bounds`` or ``x0_bounds`` constrain the fit (a polish or a Gauss-Newton
+        step from it could then leave them)."""
+        return (getattr(self, "bounds", None) is not None
+                or getattr(self, "x0_bounds", None) is not None)
+
     def _offset_attributes(self, uncertainty, fitted, adequate):
         """``output_error_offset_``: how far the method's estimate lies from the output-error
         optimum, per parameter in standard errors (the Gauss-Newton step of that cost from
@@ -378,8 +383,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         with np.errstate(divide="ignore", invalid="ignore"):
             offset[fitted] = uncertainty.step[n_x0:] / np.sqrt(np.diag(uncertainty.cov)[n_x0:])
         offset[fitted] = np.where(np.isfinite(offset[fitted]), offset[fitted], np.nan)
-        bounded = (getattr(self, "bounds", None) is not None
-                   or getattr(self, "x0_bounds", None) is not None)
+        bounded = self._has_bounds()
         size = np.abs(offset)
         if (getattr(self, "n_boot", 0) == 0 and not bounded and adequate is not False
                 and np.nanmax(size, initial=0.0) > OUTPUT_ERROR_OFFSET):

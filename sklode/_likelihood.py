@@ -341,20 +341,7 @@ class Observation:
         positive, make the point infeasible (trial points there are rejected)."""
         with torch.no_grad():
             h, s = self._predicted(t, X, theta, self._sigma_or_ones())
-            observed = self._mask > 0
-            if bool(torch.any((h <= 0) & self._is_log & observed)):
-                raise IntegrationError(
-                    "A predicted observable read on the log scale is not positive "
-                    f"(smallest {float(h[self._is_log.expand_as(h) & observed].min()):.3g}): "
-                    "the log-normal likelihood is undefined there.")
-            if self.modelled_noise:
-                bad = observed & ~(s > 0)
-                if bool(torch.any(bad)) or bool(torch.any(
-                        observed & (2.0 * torch.log(s) + self._offset < 0))):
-                    raise IntegrationError(
-                        "The model's noise_sd is not positive (or vanishingly small) at some "
-                        "observation: its parameters have left the range where the "
-                        "likelihood is defined. Bound them (bounds=, positive=).")
+        self._check_values(h.numpy(), s.numpy())
 
     def _inputs(self, X, theta):
         X = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
@@ -379,7 +366,8 @@ class Observation:
         return H, H[:, cols], s
 
     def _check_values(self, h, s):
-        """:meth:`_check_domain` on numpy values."""
+        """:meth:`_check_domain` on the data columns' predicted observables ``h`` and
+        standard deviations ``s`` (numpy, shape ``(n_times, n_columns)``)."""
         observed = self.mask
         is_log = self._is_log.numpy()
         if np.any((h <= 0) & is_log & observed):
@@ -434,11 +422,10 @@ class Observation:
     def _numpy_rows(self, h, s):
         """:meth:`_rows` (normal kinds) on numpy values."""
         is_log = self._is_log.numpy()
-        mask = self._mask.numpy()
         with np.errstate(all="ignore"):
             on_scale = np.where(is_log, np.log(np.clip(h, 1e-300, None))
                                 / self._log_divisor.numpy(), h) if self._any_log else h
-            r = np.where(self.mask, (on_scale - self._y_on_scale.numpy()) / s, 0.0) * mask
+            r = np.where(self.mask, (on_scale - self._y_on_scale.numpy()) / s, 0.0)
             if not self.modelled_noise:
                 return r
             noise = np.sqrt(np.clip(2.0 * np.log(s) + self._offset.numpy(), 0.0, None))
@@ -497,7 +484,6 @@ class Observation:
             return None
         X = np.asarray(X, dtype=np.float64)
         theta = np.asarray(theta, dtype=np.float64)
-        self._check_values(*self._numpy_predicted(X, theta)[1:])  # the domain checks
         observe, noise = functions
         n, d, p = X.shape[0], X.shape[1], theta.size
         cols = list(self.columns)
@@ -515,6 +501,8 @@ class Observation:
             else:
                 s = self._sigma_or_ones().numpy()
                 sx, st = np.zeros_like(hx), np.zeros_like(ht)
+        self._check_values(h, s)  # the domain checks, on the values computed here
+        with np.errstate(all="ignore"):
             is_log = self._is_log.numpy()
             divisor = self._log_divisor.numpy()
             slope = np.where(is_log, 1.0 / (np.where(is_log, h, 1.0) * divisor), 1.0)
