@@ -256,6 +256,28 @@ def test_random_starts_lie_in_the_bounds_on_their_scale(small_problem):
     assert abs(k1.mean()) < 0.33
 
 
+def test_a_start_is_kept_on_its_scale_inside_wide_bounds(small_problem, tmp_path):
+    # bounds [1e-8, 1e8] as in much of the collection: the start must not be moved by a
+    # margin taken on the linear scale (1e-9 of the span is 0.1)
+    import shutil
+
+    folder = tmp_path / "wide"
+    shutil.copytree(small_problem, folder)
+    table = (folder / "parameters.tsv").read_text()
+    (folder / "parameters.tsv").write_text(
+        table.replace("k1\tlog10\t0.01\t100", "k1\tlog10\t1e-08\t100000000"))
+    problem = sk_petab.load(folder / "problem.yaml")
+    start = problem.nominal.copy()
+    start[0] = 3e-3
+    start[3] = 0.01  # kdeg on its lower bound: nudged inside by 1e-9 of its log-range
+    est = problem.estimator(theta0=start)
+    index = list(problem.model.param_names)
+    assert est.theta0[index.index("k1")] == pytest.approx(3e-3, rel=1e-12)
+    kdeg = est.theta0[index.index("kdeg")]
+    # 1e-9 of ln(10/0.01) = 6.9 on the log scale: a relative move of 6.9e-9
+    assert 0.01 < kdeg < 0.01 * (1 + 1e-8)
+
+
 def test_unsupported_features_are_named(small_problem, tmp_path):
     for name in ("model.xml", "conditions.tsv", "observables.tsv", "parameters.tsv",
                  "problem.yaml"):

@@ -244,7 +244,14 @@ class PEtabProblem:
         from ..adjoint import AdjointODE
         from ..models._native import native_unavailable_reason
 
-        start = self.theta(None if theta0 is None else theta0)
+        values = self._values(None if theta0 is None else theta0)
+        # strictly inside the box (PEtab's nominal values may sit on a bound), nudged on the
+        # parameter's own scale: on the linear scale, 1e-9 of [1e-8, 1e8] is 0.1, which
+        # would move every smaller log-scale start to 0.1
+        lo, hi = self._on_scale(self.lower), self._on_scale(self.upper)
+        margin = 1e-9 * (hi - lo)
+        values = self._from_scale(np.clip(self._on_scale(values), lo + margin, hi - margin))
+        start = self.theta(values)
         names = list(self.model.param_names)
         lower = np.full(len(names), -np.inf)
         upper = np.full(len(names), np.inf)
@@ -254,11 +261,7 @@ class PEtabProblem:
             lower[i], upper[i] = self.lower[k], self.upper[k]
             positive[i] = self.scales[k] != "lin"
         fixed = dict(self.fixed)
-        # a start strictly inside the box (PEtab's nominal values may sit on a bound)
-        span = upper - lower
-        inside = np.clip(start, lower + 1e-9 * np.where(np.isfinite(span), span, 0),
-                         upper - 1e-9 * np.where(np.isfinite(span), span, 0))
-        options = dict(theta0=inside, estimate_x0=False, fixed=fixed,
+        options = dict(theta0=start, estimate_x0=False, fixed=fixed,
                        bounds=(lower, upper), positive=positive, noise_kind=self.noise_kind,
                        n_starts=n_starts, random_state=random_state, n_jobs=n_jobs,
                        rtol=1e-8, atol=1e-10,
