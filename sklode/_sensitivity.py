@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from .integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
-                        dose_segments, native_solver_or_warn, raise_native_failure, solve)
+                        dose_segments, native_solver_or_warn, raise_native_failure, solve,
+                        state_atol)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -262,7 +263,9 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
     a closure that solves again with forward sensitivities (only the parameters the field
     depends on are integrated; the other columns are zero)."""
     theta = np.asarray(theta, dtype=np.float64)
-    options["blowup"] = blowup_limit(x0)
+    given_atol = options["atol"]  # the scipy fallback below adds the offsets itself
+    options["blowup"] = blowup_limit(x0, model, theta)
+    options["atol"] = state_atol(model, theta, options["rtol"], given_atol)
     states, _, n_evaluations = _native_solve(native, model, theta, x0, t0, t_obs, doses,
                                              dict(options))
     cache = {}
@@ -286,7 +289,7 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
     def scipy():
         if not rebuilt:
             rebuilt.append(forward_trajectory(model, theta, x0, t0, t_obs, integrator="LSODA",
-                                              rtol=options["rtol"], atol=options["atol"],
+                                              rtol=options["rtol"], atol=given_atol,
                                               doses=doses))
         return rebuilt[0]
 

@@ -30,7 +30,9 @@ INTEGRATORS = {
 
 # A state this many times larger than the initial state (or than 1) counts as a blow-up:
 # no physical trajectory in the zoo grows by 1e8, and stopping early keeps the error message
-# about the model rather than about an overflow deep inside the integrator.
+# about the model rather than about an overflow deep inside the integrator. A state that is
+# a displacement from a parameter-dependent value (ODEModel.state_offsets: a PEtab initial
+# amount, up to 1e8 in Fujita's bounds) counts from that value.
 _BLOWUP_FACTOR = 1e8
 
 
@@ -43,9 +45,22 @@ _BLOWUP_FACTOR = 1e8
 EXPLICIT_MAX_EVALUATIONS = 200_000
 
 
-def blowup_limit(x0):
-    """The state norm past which a solve from ``x0`` counts as blowing up."""
-    return _BLOWUP_FACTOR * max(1.0, float(np.max(np.abs(x0))))
+def blowup_limit(x0, model, theta):
+    """The state norm past which a solve of ``model`` from ``x0`` with parameters ``theta``
+    counts as blowing up."""
+    offsets = model.state_offsets(theta)
+    scale = np.abs(x0) if offsets is None else np.abs(x0) + np.abs(offsets)
+    return _BLOWUP_FACTOR * max(1.0, float(np.max(scale)))
+
+
+def state_atol(model, theta, rtol, atol):
+    """The absolute tolerance for ``model``'s states: ``atol`` plus ``rtol`` times the
+    offsets of states integrated as displacements (:meth:`~sklode.ODEModel.state_offsets`),
+    ``atol`` itself for a model without any."""
+    offsets = model.state_offsets(theta)
+    if offsets is None:
+        return atol
+    return atol + rtol * np.abs(np.asarray(offsets, dtype=np.float64))
 
 
 def _resolve_integrator(name):
@@ -117,7 +132,10 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
             t_reached=float(t_span[0]))
     n_states = x0.shape[-1]
     batched = x0.ndim == 2
-    limit = blowup_limit(x0)
+    limit = blowup_limit(x0, model, theta)
+    atol = state_atol(model, theta, rtol, atol)
+    if batched and np.ndim(atol):
+        atol = np.tile(atol, x0.shape[0])  # the batch is one flattened system
     if method == "CVODES":
         native = None
         if not (batched or dense_output or t_eval is None or t_span[1] < t_span[0]):

@@ -82,6 +82,30 @@ def test_blow_up_raises_with_time_reached():
     assert 0.99 < info.value.t_reached <= 1.0
 
 
+class DrainsFromLevel(ODEModel):
+    """q' = -r q from q(0) = c, integrated as the displacement u = q - c from u(0) = 0
+    (how a PEtab import integrates an initial amount that is a parameter)."""
+
+    state_names = ("u",)
+    param_names = ("r", "c")
+
+    def rhs(self, t, x, theta):
+        return -theta[0] * (x + theta[1])
+
+    def state_offsets(self, theta):
+        return np.array([theta[1]])
+
+
+@pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
+def test_a_displacement_from_a_large_level_is_not_a_blow_up(integrator):
+    # u falls from 0 to -3e9, 1e8 times past max(1, |x0|): the guard counts from the level
+    X = simulate(DrainsFromLevel(), [1.0, 3e9], [0.0], [0.0, 20.0], integrator=integrator)
+    # q(20) = c e^-20 = 6.2: u = -c to 2e-9 relative, within the solve's tolerance
+    assert X[-1, 0] == pytest.approx(-3e9, rel=1e-6)
+    with pytest.raises(IntegrationError, match="blew up"):  # the guard still works
+        simulate(Explodes(), [3e9], [1.0], [0.0, 1.0], integrator=integrator)
+
+
 def test_non_finite_rhs_raises_integration_error():
     with pytest.raises(IntegrationError, match="non-finite|blew up"):
         simulate(LotkaVolterra(), [np.inf, 1, 1, 1], [1.0, 1.0], [0.0, 1.0])

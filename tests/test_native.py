@@ -112,6 +112,30 @@ def test_switch_in_time_is_located_exactly():
     np.testing.assert_allclose(X[:, 0], [0.5, 1.3, 0.6, -0.4], atol=1e-8)
 
 
+class PulseUntil(ODEModel):
+    """``x' = k [t <= tau] - x``: an input that ends at ``tau``."""
+
+    state_names = ("x",)
+    param_names = ("tau", "k")
+    default_theta = (10.0, 1.0)  # model checks run at t <= 1: away from the switch
+
+    def rhs(self, t, x, theta):
+        on = torch.where(t <= theta[0], 1.0, 0.0) + 0.0 * x[..., 0]
+        return torch.stack([theta[1] * on - x[..., 0]], dim=-1)
+
+
+@needs_native
+def test_no_step_past_the_last_time_where_the_field_switches():
+    # an input that ends with the experiment (PEtab's Fujita doses end at its last time):
+    # a step past the last time and back carries the switched-off field into the last value
+    # (measured 1.8e-10 relative off before CVODES stopped at it) and can stall CVODES
+    tau, k = 3600.0, 1e7
+    X = simulate(PulseUntil(), [tau, k], [0.0], [0.0, tau / 2, tau], integrator="CVODES",
+                 rtol=1e-10, atol=1e-12)
+    # x(tau) = k (1 - e^-tau) = k exactly in float64; round-off of the BDF steps only
+    assert X[-1, 0] == pytest.approx(k, rel=1e-12)
+
+
 @needs_native
 @pytest.mark.parametrize("with_x0", [True, False])
 def test_cvodes_sensitivities_equal_collocation_and_differences(with_x0):

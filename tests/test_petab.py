@@ -226,6 +226,17 @@ def test_conditions_placeholders_and_initial_values_per_experiment(small_problem
     assert np.isnan(c1.Y[2, 2]) and np.isfinite(c1.Y[1, 2])  # the gap in obs_P
     # C's initial value 2 c0 depends on a parameter: it is integrated as an offset from it
     assert "x0_weight:C" in problem.model.param_names
+    # ... which the integrators' error test reads: atol grows by rtol times the offset
+    from sklode.integrate import state_atol
+
+    theta = problem.theta()
+    offsets = problem.model.state_offsets(theta)
+    names = problem.model.state_names
+    # C: 2 c0 at c0 = 0.25; B: its amount 0.2 over the size 0.5 of nuc (a parameter)
+    expected = np.select([np.array(names) == "C", np.array(names) == "B"], [0.5, 0.4], 0.0)
+    np.testing.assert_allclose(offsets, expected, rtol=1e-15)
+    np.testing.assert_allclose(state_atol(problem.model, theta, 1e-8, 1e-10),
+                               1e-10 + 1e-8 * expected, rtol=1e-15)
 
 
 def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):

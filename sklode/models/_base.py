@@ -309,6 +309,28 @@ class ODEModel:
             return np.ones(self.n_params)
         return np.array(self.default_theta, dtype=np.float64)
 
+    def state_offsets(self, theta):
+        """Offsets ``c(theta)`` of states that are displacements ``x - c(theta)`` of the
+        quantities they stand for, or None (the default: the states are the quantities).
+
+        A PEtab import integrates a species whose initial value depends on parameters as
+        its displacement from that value (starting at 0). The integrators then add
+        ``rtol * |c|`` to the absolute tolerance: their error test follows the quantity,
+        not a displacement that starts at 0 (on which ``rtol`` alone would ask for more
+        digits than float64 holds when ``c`` is 1e7).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        ndarray of shape (n_states,) or None
+            The offset of each state (0 for a state that is its quantity), or None.
+        """
+        return None
+
     # ------------------------------------------------------------------ derived numerics
     def _call(self, t, x, theta):
         return self.rhs(_time_tensor(t, x.shape[:-1]), x, theta)
@@ -1030,6 +1052,10 @@ class HeldParameters(ODEModel):
         """
         return self._held.numpy() + self._scatter.numpy() @ np.asarray(theta, np.float64)
 
+    def state_offsets(self, theta):
+        """The whole model's offsets at the whole parameter vector."""
+        return self.model.state_offsets(self.full(theta))
+
     def rhs(self, t, x, theta):
         """The whole model's field at the whole parameter vector.
 
@@ -1095,6 +1121,14 @@ class ScaledStates(ODEModel):
         """The original states of scaled states ``z``."""
         z = np.asarray(z, dtype=np.float64) * np.asarray(self.scale)
         return np.exp(z) if self.log else z
+
+    def state_offsets(self, theta):
+        """The model's offsets in scaled states (None on the log scale, whose error test
+        is relative already)."""
+        offsets = self.model.state_offsets(theta)
+        if offsets is None or self.log:
+            return None
+        return np.asarray(offsets) / np.asarray(self.scale)
 
     def rhs(self, t, x, theta):
         """The field in the scaled states.

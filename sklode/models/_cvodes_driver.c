@@ -102,12 +102,12 @@ static void silent(int code, const char *module, const char *function, char *mes
  * to out[n_times][NX] and, when n_sens > 0, the sensitivities to sens_out[n_times][n_sens][NX]
  * (their values at t0 in s0[n_sens][NX]). Returns 0 or the CVODES flag that stopped it. */
 int sklode_solve(double t0, const double *x0, const double *p, int n_times,
-                 const double *times, double rtol, double atol, long max_steps,
+                 const double *times, double rtol, const double *atol, long max_steps,
                  double blowup, int n_sens, const int *sens_param, const double *s0,
                  double *out, double *sens_out, double *info) {
     SUNContext ctx = NULL;
     void *mem = NULL;
-    N_Vector y = NULL, *yS = NULL;
+    N_Vector y = NULL, abstol = NULL, *yS = NULL;
     SUNMatrix A = NULL;
     SUNLinearSolver LS = NULL;
     UserData u;
@@ -134,7 +134,9 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
     CVodeSetErrHandlerFn(mem, silent, NULL);
 #endif
     CVodeSetMaxHnilWarns(mem, -1);
-    if ((flag = CVodeSStolerances(mem, rtol, atol))) goto done;
+    abstol = N_VNew_Serial(NX, ctx);  /* one per state: PEtab's offset states need it */
+    memcpy(N_VGetArrayPointer(abstol), atol, sizeof(double) * NX);
+    if ((flag = CVodeSVtolerances(mem, rtol, abstol))) goto done;
     if ((flag = CVodeSetUserData(mem, &u))) goto done;
     if ((flag = CVodeSetMaxNumSteps(mem, max_steps))) goto done;
     A = SUNDenseMatrix(NX, NX, ctx);
@@ -150,6 +152,9 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
         if ((flag = CVodeSetSensErrCon(mem, SUNTRUE))) goto done;
     }
     if (NROOTS > 0 && (flag = CVodeRootInit(mem, NROOTS, roots))) goto done;
+    /* No step past the last time: a switch of the field right at it (a dose that ends with
+     * the experiment) would otherwise need a step shorter than t's last digit to cross. */
+    if (n_times > 0 && (flag = CVodeSetStopTime(mem, times[n_times - 1]))) goto done;
     for (k = 0; k < n_times; k++) {
         while (times[k] > t) {
             flag = CVode(mem, times[k], y, &t, CV_NORMAL);
@@ -160,6 +165,7 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
             }
             if (flag == CV_ROOT_RETURN) {  /* a switch: restart the method from here */
                 if ((flag = CVodeReInit(mem, t, y))) break;
+                if ((flag = CVodeSetStopTime(mem, times[n_times - 1]))) break;
                 if (n_sens > 0 && (flag = CVodeSensReInit(mem, CV_SIMULTANEOUS, yS))) break;
             }
         }
@@ -184,6 +190,7 @@ done:
     if (LS) SUNLinSolFree(LS);
     if (A) SUNMatDestroy(A);
     if (y) N_VDestroy(y);
+    if (abstol) N_VDestroy(abstol);
     if (ctx) SUNContext_Free(&ctx);
     return flag < 0 ? flag : 0;
 }

@@ -473,7 +473,7 @@ def _build(source):
     double_p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
     int_p = np.ctypeslib.ndpointer(dtype=np.intc, flags="C_CONTIGUOUS")
     solve.argtypes = [ctypes.c_double, double_p, double_p, ctypes.c_int, double_p,
-                      ctypes.c_double, ctypes.c_double, ctypes.c_long, ctypes.c_double,
+                      ctypes.c_double, double_p, ctypes.c_long, ctypes.c_double,
                       ctypes.c_int, int_p, double_p, double_p, double_p, double_p]
     solve.restype = ctypes.c_int
     return lib, solve
@@ -525,7 +525,8 @@ class NativeSolver:
         x0 : ndarray (n_states,)
         theta : ndarray (n_params,)
         times : ndarray (n_times,)
-        rtol, atol : float
+        rtol : float
+        atol : float or ndarray (n_states,)
         max_steps : int
         blowup : float
             A state norm above this stops the solve (``failure == "blowup"``).
@@ -562,7 +563,9 @@ class NativeSolver:
         info = np.zeros(4)
         flag = self._solve(float(t0), np.ascontiguousarray(x0, dtype=np.float64),
                            np.ascontiguousarray(theta, dtype=np.float64), times.size, times,
-                           float(rtol), float(atol), int(max_steps), float(blowup), q,
+                           float(rtol), np.ascontiguousarray(np.broadcast_to(
+                               np.asarray(atol, dtype=np.float64), (n,))),
+                           int(max_steps), float(blowup), q,
                            columns if q else np.zeros(1, dtype=np.intc), s0, states, sens, info)
         failure = (None, "blowup", "nonfinite", "cvodes")[int(info[3])] if flag else None
         result = {"t_reached": float(info[0]), "n_rhs": int(info[1]), "n_steps": int(info[2]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..models._base import ODEModel
@@ -98,6 +99,7 @@ class GeneratedModel(ODEModel):
         self._noise = namespace.get("noise_sd")
         if self._noise is not None:
             self.noise_sd = self._noise_sd
+        self._offsets = namespace.get("state_offsets")
 
     def __repr__(self):
         return (f"GeneratedModel(name={self.name!r}, states={len(self.state_names)}, "
@@ -124,3 +126,11 @@ class GeneratedModel(ODEModel):
 
     def _noise_sd(self, t, y, theta):
         return self._noise(t, y, theta)
+
+    def state_offsets(self, theta):
+        """The offsets of states integrated as displacements from an initial value that
+        depends on the parameters (zero for the others), or None when there are none."""
+        if self._offsets is None:
+            return None
+        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64))
+        return self._offsets(theta).numpy()

@@ -476,6 +476,13 @@ class _Builder:
         source += "\n" + function_source("noise_sd", "t, y, theta",
                                          noise_exprs + [sp.Integer(1)] * n_aux,
                                          noise_reads, "y.shape[:-1]")
+        if shifted:  # each state's offset: the integrators' error test reads x = z + offset
+            offsets = [symbol[f"x0_weight:{s}"] * g + symbol[f"x0_value:{s}"]
+                       if s in shifted else sp.Integer(0)
+                       for s, g in zip(ode.states, ode.initial)]
+            source += "\n" + function_source("state_offsets", "theta", offsets,
+                                             {symbol[n]: f"theta[{i}]"
+                                              for i, n in enumerate(names)}, "()")
         defaults = [values.get(n, float("nan")) for n in names]
         for n in names:
             if n in parameters.index:
