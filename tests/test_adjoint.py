@@ -285,3 +285,37 @@ def test_matrix_free_adjoint_pass_equals_the_materialised_one(monkeypatch):
     _, matrix_free = obj.value_and_grad(u)
     # Same linear algebra, different association (Neumann series to 1e-15): round-off only.
     assert_allclose(matrix_free, dense, rtol=1e-10, atol=1e-12 * np.abs(dense).max())
+
+
+def test_a_fit_whose_sensitivities_fail_mid_way_keeps_its_last_good_point():
+    from sklode.adjoint._solver import _least_squares
+
+    class Rosenbrock:
+        """r = (10 (u1 - u0^2), 1 - u0): trf takes many steps from (-1.2, 1)."""
+
+        def __init__(self, fail_after):
+            self.fail_after, self.n_jacobians, self.points = fail_after, 0, []
+
+        def residual(self, u):
+            return np.array([10 * (u[1] - u[0] ** 2), 1 - u[0]])
+
+        safe_residual = residual
+
+        def jacobian(self, u):
+            self.n_jacobians += 1
+            if self.n_jacobians > self.fail_after:
+                raise IntegrationError("the sensitivities failed", t_reached=2.5)
+            self.points.append(np.array(u))
+            return np.array([[-20 * u[0], 10.0], [-1.0, 0.0]])
+
+    objective = Rosenbrock(fail_after=3)
+    result = _least_squares(objective, np.array([-1.2, 1.0]), "trf", None, 1e-10, 200,
+                            lambda loss, grad: None)
+    # the last point whose Jacobian was computed, not the start and not the failing point
+    np.testing.assert_array_equal(result.u, objective.points[-1])
+    assert not np.array_equal(result.u, [-1.2, 1.0])
+    assert result.converged is False and "t=2.5" in result.stop_reason
+    # no point with derivatives at all: the error itself (the fit cannot start)
+    with pytest.raises(IntegrationError, match="sensitivities failed"):
+        _least_squares(Rosenbrock(fail_after=0), np.array([-1.2, 1.0]), "trf", None, 1e-10,
+                       200, lambda loss, grad: None)

@@ -187,6 +187,30 @@ def test_cvodes_sensitivities_equal_scipy_path_with_doses():
 
 
 @needs_native
+def test_a_failed_cvodes_sensitivity_solve_falls_back_to_the_scipy_path():
+    from sklode._sensitivity import adjoint_gradient
+
+    model, theta = LotkaVolterra(), LotkaVolterra().theta_guess()
+    x0, t = np.array([2.0, 1.0]), np.linspace(0.5, 6.0, 12)
+    reference = forward_trajectory(model, theta, x0, 0.0, t, integrator="LSODA", rtol=1e-11,
+                                   atol=1e-12)
+    traj = forward_trajectory(model, theta, x0, 0.0, t, integrator="CVODES", rtol=1e-11,
+                              atol=1e-12)
+
+    def fails(with_x0, params=None):  # CVODES' error test on the sensitivities, as on Fujita
+        raise IntegrationError("CV_ERR_FAILURE: the error test failed repeatedly")
+
+    traj.native = fails
+    # the scipy path's own numbers (LSODA's trajectory at the same tolerances): equal
+    np.testing.assert_allclose(sensitivities(model, theta, traj),
+                               sensitivities(model, theta, reference), rtol=1e-12, atol=1e-14)
+    jumps = np.ones((t.size, 2))
+    for got, expected in zip(adjoint_gradient(model, theta, traj, jumps),
+                             adjoint_gradient(model, theta, reference, jumps)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@needs_native
 def test_adjoint_fit_with_cvodes_equals_lsoda_fit():
     model = LotkaVolterra()
     truth = np.array([1.0, 1.0, 1.0, 1.0])

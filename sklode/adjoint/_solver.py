@@ -156,9 +156,21 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     return result
 
 
+class _DerivativeFailed(Exception):
+    """The sensitivities could not be integrated at a point whose residual could."""
+
+
 def _least_squares(objective, u0, optimizer, bounds, tol, max_iter, log):
+    last_good = []  # the last point whose Jacobian was computed
+
     def jac(u):
-        J = objective.jacobian(u)
+        try:
+            J = objective.jacobian(u)
+        except IntegrationError as exc:
+            if not last_good:
+                raise
+            raise _DerivativeFailed(exc.t_reached) from exc
+        last_good[:] = [np.array(u, dtype=np.float64)]
         if not np.all(np.isfinite(J)):
             # a sensitivity that overflowed at a finite residual (a noise level near 0, a
             # stiff transient): scipy's trf stops on it with a bare "infs or NaNs"; zero
@@ -182,9 +194,19 @@ def _least_squares(objective, u0, optimizer, bounds, tol, max_iter, log):
             if n_done[0] >= max_iter:
                 raise StopIteration
 
-        res = least_squares(objective.safe_residual, u0, jac=jac, method="trf", bounds=box,
-                            ftol=tol, xtol=tol, gtol=tol, x_scale=1.0, callback=callback)
         solver = "trf (trust-region reflective, sensitivity Jacobian)"
+        try:
+            res = least_squares(objective.safe_residual, u0, jac=jac, method="trf",
+                                bounds=box, ftol=tol, xtol=tol, gtol=tol, x_scale=1.0,
+                                callback=callback)
+        except _DerivativeFailed as exc:
+            # an accepted step to where the states integrate but their sensitivities do not
+            # (a random start in a 16-decade PEtab box): keep the fit so far, say why
+            return AdjointResult(
+                u=last_good[0], n_iter=0, converged=False, solver=solver,
+                stop_reason="stopped at the last point whose sensitivities could be "
+                            "integrated: at the next accepted point they failed at "
+                            f"t={exc.args[0]:.6g}")
     if res.status == -2:
         converged, reason = False, f"max_iter={max_iter} reached"
     else:

@@ -163,6 +163,12 @@ class ODEModel:
     #: steps (a dose switched on at a fitted time) sets False: autograd's derivative in the
     #: switching time is 0 by design, a finite difference across the step is not.
     check_derivatives = True
+    #: A solve stops as blowing up (:class:`~sklode.exceptions.IntegrationError`) when the
+    #: state's norm passes this many times its start (or 1): no trajectory of a physical
+    #: model grows by 1e8. A model whose parameters may span many decades (a PEtab
+    #: problem's bounds: states of 1e11 are solutions there) sets ``inf`` and relies on the
+    #: integrator's own failures (non-finite values, the step budget).
+    blowup_factor = 1e8
 
     def rhs(self, t, x, theta):  # pragma: no cover - abstract
         """The vector field, in torch operations: define it in every model.
@@ -1026,6 +1032,7 @@ class HeldParameters(ODEModel):
         self.param_names = tuple(model.param_names[i] for i in kept)
         self.default_theta = tuple(model.theta_guess()[kept])
         self.check_derivatives = model.check_derivatives  # a wrapper has its model's steps
+        self.blowup_factor = model.blowup_factor
         scatter = np.zeros((len(self.fitted), len(kept)))
         scatter[kept, np.arange(len(kept))] = 1.0
         self._scatter = torch.from_numpy(scatter)
@@ -1103,6 +1110,7 @@ class ScaledStates(ODEModel):
         self.param_names = model.param_names
         self.default_theta = model.default_theta
         self.check_derivatives = model.check_derivatives  # a wrapper has its model's steps
+        self.blowup_factor = model.blowup_factor
         self._scale = torch.tensor(self.scale, dtype=_DTYPE)
 
     def __getstate__(self):  # rebuilt from its constants: the torch tensors follow

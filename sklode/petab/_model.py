@@ -95,6 +95,10 @@ class GeneratedModel(ODEModel):
         self._rhs = namespace["rhs"]
         # piecewise steps: autograd's zero derivative in a threshold is intended
         self.check_derivatives = "_where(" not in source
+        # the parameter tables' bounds span up to 16 decades, in which states of 1e11 are
+        # solutions (Fujita): no blow-up guard (AMICI has none), the integrator's own
+        # failures stop a solve that runs away
+        self.blowup_factor = float("inf")
         self._observe = namespace.get("observe")
         self._noise = namespace.get("noise_sd")
         if self._noise is not None:
