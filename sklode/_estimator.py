@@ -493,6 +493,10 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
                 x0, t0 = rows[k], float(t0s[k])
             elif np.all(np.isfinite(e.x0)) and not e.estimate_x0.any():
                 x0, t0 = e.x0, e.t0
+                offsets = self.model.initial_offsets(
+                    conditioned_theta(self.theta_, e.conditions, self.model))
+                if offsets is not None:  # initial values that depend on theta (PEtab)
+                    x0 = x0 + offsets
             else:
                 raise ValueError(
                     f"{type(self).__name__} was fitted on {n_fitted} experiment(s) and "

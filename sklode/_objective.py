@@ -254,6 +254,10 @@ class LeastSquaresObjective(_Objective):
         self.n_forward = 0  # forward ODE solves
         self.n_derivative = 0  # sensitivity or adjoint passes
         self._cache_key, self._cache = None, None
+        # the start x0 + initial_offsets(theta) of a model whose initial values depend on the
+        # parameters (a PEtab import); a pre-equilibration sets the start instead
+        self.offset_start = preequilibration is None and model.initial_offsets(
+            self.experiment_theta(self.theta_fixed)) is not None
 
     # ------------------------------------------------------------------ variables
     def split(self, z):
@@ -276,7 +280,25 @@ class LeastSquaresObjective(_Objective):
         theta = self._theta_of(z)
         if self.preequilibration is not None:
             x0 = self.preequilibrated(x0, theta)[0]
+        elif self.offset_start:
+            x0 = x0 + self.model.initial_offsets(self.experiment_theta(theta))
         return x0, theta
+
+    def offsets_derivative(self, theta):
+        """The derivative of the start ``x0 + initial_offsets`` in the shared theta.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            The shared parameters (the conditions' map is applied here).
+
+        Returns
+        -------
+        ndarray of shape (n_states, n_params)
+            ``d start / d theta``.
+        """
+        D = self.model.initial_offsets_jacobian(self.experiment_theta(theta))
+        return D if self.theta_map is None else D @ self.theta_map[0]
 
     def preequilibrated(self, x0, theta, with_sensitivities=False):
         """The start after pre-equilibration and its derivative in the shared theta.
@@ -481,16 +503,22 @@ class LeastSquaresObjective(_Objective):
         """
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
-        if self.preequilibration is None:
+        if self.preequilibration is None and not self.offset_start:
             S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0,
                               params=self._needed_params())
             S = self._unknown_columns(S)
-        else:  # the start moves with theta through the steady state: chain it in
+        else:  # the start moves with theta (the steady state, or the initial offsets)
             n = self.n_states
-            S_full = sensitivities(self.model, theta, traj, with_x0=True)
-            _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
+            S_full = sensitivities(self.model, theta, traj, with_x0=True,
+                                   params=self._needed_params())
+            if self.preequilibration is not None:
+                _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
+            else:
+                D = self.offsets_derivative(self.split_theta(u))
             S = self._unknown_columns(S_full[..., n:], x0_part=False)
             S = S + (S_full[..., :n] @ D)[..., self.fitted]
+            if self.n_x0:  # estimated components of x0 (beside the offsets)
+                S = np.concatenate([S_full[..., :n][..., self.free], S], axis=-1)
         if self.observation is None:
             J_data = (S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
                       ).reshape(-1, S.shape[-1])
@@ -559,6 +587,8 @@ class LeastSquaresObjective(_Objective):
         if self.preequilibration is not None:
             _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
             g_theta = g_theta + D.T @ g_x0
+        elif self.offset_start:
+            g_theta = g_theta + self.offsets_derivative(self.split_theta(u)).T @ g_x0
         r_extra, J_extra = self.extra_terms(x0)
         g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
         return 0.5 * float(r @ r), g_z * self.dz_du(u)

@@ -337,6 +337,43 @@ class ODEModel:
         """
         return None
 
+    def initial_offsets(self, theta):
+        """The part of an experiment's initial state that depends on the parameters, or
+        None (the default: an experiment's ``x0`` is its whole initial state).
+
+        A PEtab import whose species start at an expression of parameters (an initial
+        amount that is fitted) sets it: a fit or a likelihood solves each experiment from
+        ``x0 + initial_offsets(theta)``, its sensitivities starting at
+        :meth:`initial_offsets_jacobian` (as AMICI's ``sx0``).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            Parameters (an experiment's, its conditions applied).
+
+        Returns
+        -------
+        ndarray of shape (n_states,) or None
+            The offset of each state (0 for a state whose start does not depend on theta).
+        """
+        return None
+
+    def initial_offsets_jacobian(self, theta):
+        """``d initial_offsets / d theta`` (only called when :meth:`initial_offsets` is not
+        None).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            Parameters.
+
+        Returns
+        -------
+        ndarray of shape (n_states, n_params)
+            The derivative.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no initial offsets.")
+
     # ------------------------------------------------------------------ derived numerics
     def _call(self, t, x, theta):
         return self.rhs(_time_tensor(t, x.shape[:-1]), x, theta)
@@ -1063,6 +1100,14 @@ class HeldParameters(ODEModel):
         """The whole model's offsets at the whole parameter vector."""
         return self.model.state_offsets(self.full(theta))
 
+    def initial_offsets(self, theta):
+        """The whole model's initial offsets at the whole parameter vector."""
+        return self.model.initial_offsets(self.full(theta))
+
+    def initial_offsets_jacobian(self, theta):
+        """Their derivative in the fitted parameters."""
+        return self.model.initial_offsets_jacobian(self.full(theta)) @ self._scatter.numpy()
+
     def rhs(self, t, x, theta):
         """The whole model's field at the whole parameter vector.
 
@@ -1137,6 +1182,20 @@ class ScaledStates(ODEModel):
         if offsets is None or self.log:
             return None
         return np.asarray(offsets) / np.asarray(self.scale)
+
+    def initial_offsets(self, theta):
+        """The model's initial offsets in scaled states."""
+        offsets = self.model.initial_offsets(theta)
+        if offsets is None:
+            return None
+        if self.log:  # log(x0 + c) is not x0-plus-something: refuse rather than be wrong
+            raise ValueError(f"{self.model!r} has initial offsets, which log-scaled states "
+                             "cannot carry.")
+        return np.asarray(offsets) / np.asarray(self.scale)
+
+    def initial_offsets_jacobian(self, theta):
+        """Their derivative, in scaled states."""
+        return self.model.initial_offsets_jacobian(theta) / np.asarray(self.scale)[:, None]
 
     def rhs(self, t, x, theta):
         """The field in the scaled states.

@@ -104,6 +104,7 @@ class GeneratedModel(ODEModel):
         if self._noise is not None:
             self.noise_sd = self._noise_sd
         self._offsets = namespace.get("state_offsets")
+        self._initial = namespace.get("initial_offsets")
 
     def __repr__(self):
         return (f"GeneratedModel(name={self.name!r}, states={len(self.state_names)}, "
@@ -138,3 +139,15 @@ class GeneratedModel(ODEModel):
             return None
         theta = torch.as_tensor(np.asarray(theta, dtype=np.float64))
         return self._offsets(theta).numpy()
+
+    def initial_offsets(self, theta):
+        """The initial values that depend on the parameters (zero for the other states), or
+        None when no initial value does."""
+        if self._initial is None:
+            return None
+        return self._initial(torch.as_tensor(np.asarray(theta, dtype=np.float64))).numpy()
+
+    def initial_offsets_jacobian(self, theta):
+        """``d initial_offsets / d theta``, by autograd of the generated function."""
+        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64))
+        return torch.autograd.functional.jacobian(self._initial, theta).numpy()

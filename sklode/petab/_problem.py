@@ -293,11 +293,16 @@ def _starts(model, data, theta, options):
     from .._objective import _preequilibration_of
     from .._steady_state import preequilibrated_start
 
+    from .._estimator import conditioned_theta
+
     rows = []
     for e in data.experiments:
         pre = _preequilibration_of(e, model)
-        rows.append(e.x0 if pre is None else
-                    preequilibrated_start(model, pre, e.x0, theta, **options)[0])
+        if pre is not None:
+            rows.append(preequilibrated_start(model, pre, e.x0, theta, **options)[0])
+            continue
+        offsets = model.initial_offsets(conditioned_theta(theta, e.conditions, model))
+        rows.append(e.x0 if offsets is None else e.x0 + offsets)
     return np.array(rows)
 
 
@@ -424,13 +429,21 @@ class _Builder:
             values[f"x0_weight:{s}"], values[f"x0_value:{s}"] = 1.0, 0.0
         symbol = {n: ode.symbols.get(n) or sp.Symbol(n, real=True) for n in names}
         z = {s: sp.Symbol(f"_z_{i}", real=True) for i, s in enumerate(ode.states)}
+        # Without pre-equilibration the states are the species themselves and each
+        # experiment starts at x0 + initial_offsets(theta) (AMICI's way: full precision in a
+        # species that depletes from 1e7, where z + 1e7 keeps 1e-9 of it). A pre-equilibrated
+        # problem keeps them as displacements z = x - x0(theta) from z(0) = 0, so that the
+        # steady state carries its offset into the main phase.
+        pre_column = "preequilibrationConditionId"
+        displaced = pre_column in measurements and bool(
+            measurements[pre_column].map(lambda v: not _is_missing(v)).any())
         state_value = {}
+        offsets = []
         for s, g in zip(ode.states, ode.initial):
-            if s in shifted:
-                state_value[ode.symbols[s]] = (z[s] + symbol[f"x0_weight:{s}"] * g
-                                               + symbol[f"x0_value:{s}"])
-            else:
-                state_value[ode.symbols[s]] = z[s]
+            offset = (symbol[f"x0_weight:{s}"] * g + symbol[f"x0_value:{s}"] if s in shifted
+                      else sp.Integer(0))
+            offsets.append(offset)
+            state_value[ode.symbols[s]] = z[s] + offset if displaced else z[s]
         # shifts are written in parameters only (an initial value never names a state)
         rhs = [e.xreplace(state_value) for e in ode.rhs]
 
@@ -476,13 +489,11 @@ class _Builder:
         source += "\n" + function_source("noise_sd", "t, y, theta",
                                          noise_exprs + [sp.Integer(1)] * n_aux,
                                          noise_reads, "y.shape[:-1]")
-        if shifted:  # each state's offset: the integrators' error test reads x = z + offset
-            offsets = [symbol[f"x0_weight:{s}"] * g + symbol[f"x0_value:{s}"]
-                       if s in shifted else sp.Integer(0)
-                       for s, g in zip(ode.states, ode.initial)]
-            source += "\n" + function_source("state_offsets", "theta", offsets,
-                                             {symbol[n]: f"theta[{i}]"
-                                              for i, n in enumerate(names)}, "()")
+        if shifted:  # each state's offset: where the solve starts, or (displaced states)
+            # what the integrators' error test adds to z
+            source += "\n" + function_source(
+                "state_offsets" if displaced else "initial_offsets", "theta", offsets,
+                {symbol[n]: f"theta[{i}]" for i, n in enumerate(names)}, "()")
         defaults = [values.get(n, float("nan")) for n in names]
         for n in names:
             if n in parameters.index:
