@@ -503,22 +503,19 @@ class LeastSquaresObjective(_Objective):
         """
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
-        if self.preequilibration is None and not self.offset_start:
+        if self.preequilibration is None:
+            # initial offsets: the parameters' columns start at their derivative (sx0)
+            start = (self.model.initial_offsets_jacobian(theta) if self.offset_start
+                     else None)
             S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0,
-                              params=self._needed_params())
+                              params=self._needed_params(), start=start)
             S = self._unknown_columns(S)
-        else:  # the start moves with theta (the steady state, or the initial offsets)
+        else:  # the start moves with theta through the steady state: chain it in
             n = self.n_states
-            S_full = sensitivities(self.model, theta, traj, with_x0=True,
-                                   params=self._needed_params())
-            if self.preequilibration is not None:
-                _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
-            else:
-                D = self.offsets_derivative(self.split_theta(u))
+            S_full = sensitivities(self.model, theta, traj, with_x0=True)
+            _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
             S = self._unknown_columns(S_full[..., n:], x0_part=False)
             S = S + (S_full[..., :n] @ D)[..., self.fitted]
-            if self.n_x0:  # estimated components of x0 (beside the offsets)
-                S = np.concatenate([S_full[..., :n][..., self.free], S], axis=-1)
         if self.observation is None:
             J_data = (S[:, self.observed, :] * (self.mask / self.sigma)[:, :, None]
                       ).reshape(-1, S.shape[-1])
@@ -632,7 +629,8 @@ def _restricted(traj, index, t0):
 
     return Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
                       traj.states[index], None, traj.x0, traj.n_evaluations,
-                      native=lambda with_x0, params=None: native(with_x0, params)[index],
+                      native=lambda with_x0, params=None, start=None: native(
+                          with_x0, params, start)[index],
                       scipy=scipy_subset, native_reads=traj.native_reads)
 
 

@@ -233,10 +233,12 @@ def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=N
     states[t_obs <= t0] = x0
     S = S_out = None
     if columns is not None:
-        with_x0, params = columns
+        with_x0, params, start_derivative = columns
         S = np.zeros((n, (n if with_x0 else 0) + params.size))
         if with_x0:
             S[:, :n] = np.eye(n)
+        if start_derivative is not None:  # x0 that depends on theta: AMICI's sx0
+            S[:, n if with_x0 else 0:] = start_derivative[:, params]
         S_out = np.empty((t_obs.size, n, S.shape[1]))
         S_out[t_obs <= t0] = S
     limit = options.pop("blowup")
@@ -271,12 +273,15 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
                                              dict(options))
     cache = {}
 
-    def sensitivities_at(with_x0, params=None):
-        columns = _columns_read(native.param_in_field, params)  # the others are zero
-        key = (with_x0, columns.tobytes())
+    def sensitivities_at(with_x0, params=None, start=None):
+        read = native.param_in_field
+        if start is not None:  # a parameter that sets the start has a column too
+            read = read | np.any(start != 0, axis=0)
+        columns = _columns_read(read, params)  # the others are zero
+        key = (with_x0, columns.tobytes(), None if start is None else start.tobytes())
         if key not in cache:
             _, S, _ = _native_solve(native, model, theta, x0, t0, t_obs, doses, dict(options),
-                                    columns=(with_x0, columns))
+                                    columns=(with_x0, columns, start))
             n = x0.size
             offset = n if with_x0 else 0
             full = np.zeros(S.shape[:2] + (offset + model.n_params,))
@@ -469,7 +474,7 @@ class _SparseStages:
         return splu(K).solve(r.reshape(_STAGES * self.n, -1)).reshape(r.shape)
 
 
-def _native_sensitivities(traj, with_x0, params=None):
+def _native_sensitivities(traj, with_x0, params=None, start=None):
     """CVODES' forward sensitivities along ``traj``, or None where CVODES fails on them.
 
     CVODES controls the error of the sensitivities too (a derivative 1e15 in size when a
@@ -480,13 +485,13 @@ def _native_sensitivities(traj, with_x0, params=None):
     known.
     """
     try:
-        return traj.native(with_x0, params)
+        return traj.native(with_x0, params, start)
     except IntegrationError:
         return None
 
 
 # ----------------------------------------------------------------------------- the two passes
-def sensitivities(model, theta, traj, with_x0=True, params=None):
+def sensitivities(model, theta, traj, with_x0=True, params=None, start=None):
     """Forward sensitivities of the state at the observation times.
 
     Parameters
@@ -502,6 +507,10 @@ def sensitivities(model, theta, traj, with_x0=True, params=None):
     params : array-like of int, optional
         The parameters whose columns are needed (default all). The CVODES path integrates
         only those (the others are returned as zeros); the scipy path computes every one.
+    start : ndarray of shape (n_states, n_params), optional
+        ``d x0 / d theta`` where the initial state depends on the parameters
+        (:meth:`~sklode.ODEModel.initial_offsets`): the parameters' columns start there,
+        so they are total derivatives.
 
     Returns
     -------
@@ -511,7 +520,7 @@ def sensitivities(model, theta, traj, with_x0=True, params=None):
     """
     if traj.native is not None:
         if _native_work(traj, with_x0, params) <= NATIVE_MAX_WORK_JACOBIAN:
-            S = _native_sensitivities(traj, with_x0, params)  # CVODES' own
+            S = _native_sensitivities(traj, with_x0, params, start)  # CVODES' own
             if S is not None:
                 return S
         traj = traj.scipy()  # many columns: the collocation pass on LSODA's trajectory
@@ -521,6 +530,8 @@ def sensitivities(model, theta, traj, with_x0=True, params=None):
     S = np.zeros((n, q))
     if with_x0:
         S[:, :n] = np.eye(n)
+    if start is not None:
+        S[:, q - p:] = start
     n_steps = traj.grid.size - 1
     out = np.empty((traj.grid.size, n, q))
     out[0] = S

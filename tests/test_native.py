@@ -197,7 +197,7 @@ def test_a_failed_cvodes_sensitivity_solve_falls_back_to_the_scipy_path():
     traj = forward_trajectory(model, theta, x0, 0.0, t, integrator="CVODES", rtol=1e-11,
                               atol=1e-12)
 
-    def fails(with_x0, params=None):  # CVODES' error test on the sensitivities, as on Fujita
+    def fails(with_x0, params=None, start=None):  # the error test on them, as on Fujita
         raise IntegrationError("CV_ERR_FAILURE: the error test failed repeatedly")
 
     traj.native = fails
