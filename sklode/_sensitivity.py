@@ -90,8 +90,9 @@ class Trajectory:
         Vector-field evaluations of the forward solve.
     native : callable or None
         For a CVODES solve (``integrator="CVODES"``, no dense output, no step grid):
-        ``native(with_x0, params)`` solves again with forward sensitivities, which then
-        replace both derivative passes while the columns are few.
+        ``native(with_x0, params, start)`` solves again with forward sensitivities (the
+        parameters' columns starting at ``start``, ``d x0 / d theta``, when given), which
+        then replace both derivative passes while the columns are few.
     scipy : callable or None
         For a CVODES solve: the same solution by LSODA with dense output (built on first
         call), for the collocation passes where the columns are many.
