@@ -492,11 +492,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             if len(items) == n_fitted:
                 x0, t0 = rows[k], float(t0s[k])
             elif np.all(np.isfinite(e.x0)) and not e.estimate_x0.any():
-                x0, t0 = e.x0, e.t0
-                offsets = self.model.initial_offsets(
-                    conditioned_theta(self.theta_, e.conditions, self.model))
-                if offsets is not None:  # initial values that depend on theta (PEtab)
-                    x0 = x0 + offsets
+                x0, t0 = experiment_start(self.model, e, self.theta_), e.t0
             else:
                 raise ValueError(
                     f"{type(self).__name__} was fitted on {n_fitted} experiment(s) and "
@@ -815,6 +811,26 @@ def conditioned_theta(theta, conditions, model):
     mapping = condition_map(conditions, model)
     theta = np.asarray(theta, dtype=np.float64)
     return theta if mapping is None else mapping[0] @ theta + mapping[1]
+
+
+def experiment_start(model, experiment, theta):
+    """A validated experiment's initial state: its ``x0``, plus the model's initial offsets
+    at its parameters where its initial values depend on them
+    (:meth:`~sklode.ODEModel.initial_offsets`, a PEtab import).
+
+    Parameters
+    ----------
+    model : ODEModel
+    experiment : validated experiment (:mod:`sklode._validation`)
+    theta : ndarray of shape (n_params,)
+        The shared parameters (the experiment's conditions are applied here).
+
+    Returns
+    -------
+    ndarray of shape (n_states,)
+    """
+    offsets = model.initial_offsets(conditioned_theta(theta, experiment.conditions, model))
+    return experiment.x0 if offsets is None else experiment.x0 + offsets
 
 
 def states_at_observations(model, theta, data, x0s, options):

@@ -478,12 +478,11 @@ class _SparseStages:
 def _native_sensitivities(traj, with_x0, params=None, start=None):
     """CVODES' forward sensitivities along ``traj``, or None where CVODES fails on them.
 
-    CVODES controls the error of the sensitivities too (a derivative 1e15 in size when a
-    parameter is 1e-8 and a state 1e7): where the states' solve passed, the sensitivities'
-    error test can still fail repeatedly (2 of Fujita's 20 random starts died of it mid-fit).
-    The caller then runs the scipy path (LSODA's trajectory, collocation sensitivities or
-    the adjoint), which has no such test, rather than fail a fit at a point whose cost is
-    known.
+    The solve with sensitivities can fail where the states' own solve passed (derivatives
+    of 1e15 when a parameter is 1e-8 and a state 1e7; with the sensitivities in CVODES'
+    error test, 2 of Fujita's 20 random starts died of it mid-fit). The caller then runs the
+    scipy path (LSODA's trajectory, collocation sensitivities or the adjoint) rather than
+    fail a fit at a point whose cost is known.
     """
     try:
         return traj.native(with_x0, params, start)

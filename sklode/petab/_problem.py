@@ -293,16 +293,13 @@ def _starts(model, data, theta, options):
     from .._objective import _preequilibration_of
     from .._steady_state import preequilibrated_start
 
-    from .._estimator import conditioned_theta
+    from .._estimator import experiment_start
 
     rows = []
     for e in data.experiments:
         pre = _preequilibration_of(e, model)
-        if pre is not None:
-            rows.append(preequilibrated_start(model, pre, e.x0, theta, **options)[0])
-            continue
-        offsets = model.initial_offsets(conditioned_theta(theta, e.conditions, model))
-        rows.append(e.x0 if offsets is None else e.x0 + offsets)
+        rows.append(experiment_start(model, e, theta) if pre is None else
+                    preequilibrated_start(model, pre, e.x0, theta, **options)[0])
     return np.array(rows)
 
 
