@@ -68,7 +68,7 @@ def fit(folder, n_starts):
 
     problem = petab.load(next(folder.glob("*.yaml")))
     starts = problem.starts(n_starts, random_state=0)
-    costs, cpu = [], 0.0
+    costs, stops, cpu = [], [], 0.0
     for k, start in enumerate(starts):
         est = problem.estimator(theta0=start)
         begin = time.process_time()
@@ -77,14 +77,17 @@ def fit(folder, n_starts):
                 warnings.simplefilter("ignore")
                 est.fit(problem.experiments)
             costs.append(float(est.neg_log_likelihood_))
-        except Exception:  # a start that cannot be integrated counts as failed
+            stops.append(f"{est.n_iter_} iterations: {est.stop_reason_}")
+        except Exception as exc:  # a start that cannot be integrated counts as failed
             costs.append(float("inf"))
+            stops.append(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
         cpu += time.process_time() - begin
-        print(f"  {folder.name} start {k + 1}/{n_starts}: {costs[-1]:.4f}", flush=True)
+        print(f"  {folder.name} start {k + 1}/{n_starts}: {costs[-1]:.4f} ({stops[-1]})",
+              flush=True)
     costs = np.array(costs)
     return ({"names": list(problem.parameter_names), "values": starts.tolist()},
             {"fvals": costs.tolist(), "best": float(costs.min()), "cpu_s": cpu,
-             "within_0.1": int(np.sum(costs <= costs.min() + 0.1)),
+             "within_0.1": int(np.sum(costs <= costs.min() + 0.1)), "stops": stops,
              "nominal": problem.neg_log_likelihood()})
 
 
