@@ -88,6 +88,7 @@ def fit(folder, n_starts):
     return ({"names": list(problem.parameter_names), "values": starts.tolist()},
             {"fvals": costs.tolist(), "best": float(costs.min()), "cpu_s": cpu,
              "within_0.1": int(np.sum(costs <= costs.min() + 0.1)), "stops": stops,
+             "optimizer": f"{est.optimizer}, max_iter {est.max_iter}",
              "nominal": problem.neg_log_likelihood()})
 
 
@@ -155,7 +156,8 @@ def write_markdown(results):
             "",
             "Starts drawn uniformly in the parameter table's bounds on each parameter's "
             "scale (`problem.starts(n, random_state=0)`); sklode: `problem.estimator(theta0="
-            "start)` (AdjointODE, trf, rtol 1e-8; `integrator=\"CVODES\"`, its default "
+            "start)` (AdjointODE with the estimator's defaults: `optimizer=\"fides\"`, "
+            "`max_iter=1000`, rtol 1e-8; `integrator=\"CVODES\"`, its default "
             "where SUNDIALS is found: here Debian 12's SUNDIALS 6.4.1, CVODES' forward "
             "sensitivities); pyPESTO: Fides with AMICI's forward sensitivities at rtol 1e-8 "
             "from the same points (`benchmarks/petab_pypesto.py`, its own environment, run "
@@ -178,6 +180,20 @@ def write_markdown(results):
         if older:
             lines += ["", "Rows fitted with an earlier sklode than the others (their CPU is "
                       "that code's): " + "; ".join(f"{k}: {v}" for k, v in older.items()) + "."]
+        trf = {k: r["fit_trf"] for k, r in sorted(results.items()) if "fit_trf" in r}
+        if trf:
+            lines += [
+                "", "### The same starts with trf (the default before Fides)", "",
+                "`problem.estimator(theta0=start, optimizer=\"trf\")` (max_iter 200); the "
+                "Fides columns repeat the table above.", "",
+                "| problem | trf best | within 0.1 | trf CPU s | fitted by | Fides best | "
+                "within 0.1 | Fides CPU s |", "|---|---|---|---|---|---|---|---|"]
+            for name, f in trf.items():
+                g = fits[name]
+                lines.append(
+                    f"| {name} | {f['best']:.4f} | {f['within_0.1']} | {f['cpu_s']:.1f} | "
+                    f"{f.get('code', 'the code before Fides')} | {g['best']:.4f} | "
+                    f"{g['within_0.1']} | {g['cpu_s']:.1f} |")
         lines += ["", "Problems without a row here were not fitted in this run (each start is "
                   "minutes on the larger ones: `--fit NAME` runs them)."]
     (RESULTS / "petab.md").write_text("\n".join(lines) + "\n")

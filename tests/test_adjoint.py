@@ -18,6 +18,14 @@ from sklode.models import FitzHughNagumo, Lorenz96
 from sklode.registry import METHODS
 
 
+def fides_installed():
+    try:
+        import fides  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def adjoint_settings(problem):
     return METHODS["adjoint"].settings(problem)
 
@@ -122,8 +130,11 @@ def test_seird_examples_reach_the_least_squares_optimum(name, optimizer):
         assert len(est.loss_history_) == len(est.grad_norm_history_) >= est.n_iter_
 
 
-@pytest.mark.parametrize("optimizer", ["lm", "L-BFGS-B", "CG-FR", "CG-PR", "CG-HS", "CG-DY"])
+@pytest.mark.parametrize("optimizer",
+                         ["lm", "L-BFGS-B", "CG-FR", "CG-PR", "CG-HS", "CG-DY", "fides"])
 def test_every_optimizer_converges_on_example_2(optimizer):
+    if optimizer == "fides":
+        pytest.importorskip("fides")
     problem = get_problem("seird")
     Y = make_trajectory("seird", random_state=0).Y
     est = AdjointODE(problem.model, optimizer=optimizer, **adjoint_settings(problem))
@@ -158,7 +169,7 @@ def test_positive_parameters_and_bounds_are_honoured():
     # Same optimum (it is interior): log-parameters only change the path.
     assert_allclose(positive.theta_, free.theta_, rtol=1e-5)
     upper = free.theta_ * np.array([0.9, 2, 2, 2])  # alpha capped below its optimum
-    for optimizer in ("trf", "L-BFGS-B"):
+    for optimizer in ("trf", "L-BFGS-B") + (("fides",) if fides_installed() else ()):
         inside = dict(kw, theta0=np.minimum(kw["theta0"], 0.95 * upper))  # a start inside
         capped = AdjointODE(problem.model, bounds=(0, upper), optimizer=optimizer, **inside)
         capped.fit(problem.t, Y)
@@ -319,3 +330,49 @@ def test_a_fit_whose_sensitivities_fail_mid_way_keeps_its_last_good_point():
     with pytest.raises(IntegrationError, match="sensitivities failed"):
         _least_squares(Rosenbrock(fail_after=0), np.array([-1.2, 1.0]), "trf", None, 1e-10,
                        200, lambda loss, grad: None)
+
+
+def test_fides_rejects_trial_points_that_cannot_be_integrated_and_goes_around():
+    pytest.importorskip("fides")
+    from sklode.adjoint._solver import _fides
+
+    class RosenbrockWithAHole:
+        """r = (10 (u1 - u0^2), 1 - u0), not integrable where u1 < 0: Fides' path from
+        (-1.2, 1) crosses u1 < 0 near the origin (measured: 9 trial points there)."""
+
+        def __init__(self):
+            self.n_failed = 0
+
+        def residual(self, u):
+            if u[1] < 0:
+                self.n_failed += 1
+                raise IntegrationError("the ODE blew up", t_reached=1.0)
+            return np.array([10 * (u[1] - u[0] ** 2), 1 - u[0]])
+
+        def jacobian(self, u):
+            return np.array([[-20 * u[0], 10.0], [-1.0, 0.0]])
+
+    objective = RosenbrockWithAHole()
+    result = _fides(objective, np.array([-1.2, 1.0]), None, 1e-10, 200,
+                    lambda loss, grad: None)
+    assert objective.n_failed > 0  # the hole was met: a real check of the rejection
+    # the minimum (1, 1) lies outside the hole: reached to Fides' gradient test (1e-6)
+    assert_allclose(result.u, [1.0, 1.0], atol=1e-6)
+    assert result.converged
+    # bounds: the box's corner nearest the minimum along the valley, on the bound
+    bounded = _fides(RosenbrockWithAHole(), np.array([-1.2, 1.0]),
+                     (np.array([-2.0, 0.0]), np.array([0.9, 2.0])), 1e-10, 200,
+                     lambda loss, grad: None)
+    assert bounded.u[0] == pytest.approx(0.9, abs=1e-6) and np.all(bounded.u[1] >= 0)
+
+
+def test_fides_missing_is_a_clear_error_before_any_work(monkeypatch):
+    import sklode.adjoint._estimator as module
+
+    monkeypatch.setattr(module, "fides_unavailable_reason",
+                        lambda: "optimizer='fides' needs the package fides")
+    problem = get_problem("seird")
+    est = AdjointODE(problem.model, optimizer="fides", **adjoint_settings(problem))
+    with pytest.raises(ImportError, match="needs the package fides"):
+        est.fit(problem.t, make_trajectory("seird", random_state=0).Y)
+    assert not hasattr(est, "theta_")

@@ -34,7 +34,7 @@ from ..exceptions import (
     warn,
 )
 from ._profile import profile_interval
-from ._solver import OPTIMIZERS, adjoint_solve, cannot_start
+from ._solver import OPTIMIZERS, adjoint_solve, cannot_start, fides_unavailable_reason
 
 __all__ = ["AdjointODE"]
 
@@ -135,8 +135,12 @@ class AdjointODE(ODEEstimator):
     optimizer : str, default="trf"
         One of :data:`~sklode.adjoint.OPTIMIZERS`, spelled as scipy spells them: ``"trf"``,
         ``"lm"``, ``"BFGS"``, ``"L-BFGS-B"``, ``"CG-FR"``, ``"CG-PR"``, ``"CG-HS"``,
-        ``"CG-DY"``. Gauss-Newton type methods (trf, lm) need the fewest solves with few
-        unknowns; gradient methods suit many.
+        ``"CG-DY"``; or ``"fides"`` (the optional package fides: an interior trust region
+        on the Gauss-Newton matrix, switching to BFGS where that stalls, the optimiser
+        pyPESTO runs). Gauss-Newton type methods (trf, lm, fides) need the fewest solves with
+        few unknowns; gradient methods suit many. From random starts in a wide box (many
+        local optima) fides reaches the best optimum from more starts than trf, which often
+        stops on its ftol test early; it evaluates the sensitivities at every trial point.
     gradient : {"adjoint", "forward"}, default="adjoint"
         How gradient optimisers get the gradient (least-squares optimisers always use the
         forward-sensitivity Jacobian).
@@ -356,7 +360,11 @@ class AdjointODE(ODEEstimator):
         ------
         IntegrationError
             The ODE cannot be solved at the starting point.
+        ImportError
+            ``optimizer="fides"`` without the package fides.
         """
+        if self.optimizer == "fides" and fides_unavailable_reason():
+            raise ImportError(fides_unavailable_reason())
         data = self._validate_data(t, Y)
         start_theta, data, start_note = self._start_from_init(t, Y, data)
         fitted, theta0 = check_fixed(self.fixed, start_theta, self.model)

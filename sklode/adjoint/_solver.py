@@ -25,6 +25,8 @@ logger = logging.getLogger("sklode")
 #: what drives each.
 OPTIMIZERS = {
     "trf": "scipy least_squares, trust-region reflective, sensitivity Jacobian (bounds ok)",
+    "fides": "Fides interior trust region, Gauss-Newton then BFGS, sensitivity Jacobian "
+             "(bounds ok; optional package fides)",
     "lm": "scipy least_squares, MINPACK Levenberg-Marquardt, sensitivity Jacobian",
     "BFGS": "scipy BFGS (Wolfe line search), adjoint gradient",
     "L-BFGS-B": "scipy L-BFGS-B, adjoint gradient (bounds ok)",
@@ -34,7 +36,7 @@ OPTIMIZERS = {
     "CG-DY": "nonlinear CG, Dai-Yuan",
 }
 #: The optimisers that honour bounds.
-BOUNDED_OPTIMIZERS = ("trf", "L-BFGS-B")
+BOUNDED_OPTIMIZERS = ("trf", "fides", "L-BFGS-B")
 # A gradient method whose line search fails once the gradient has dropped by this factor has
 # hit the accuracy of a cost computed by an ODE solver (the seed's "eps < 1e-5" floor for CG).
 _LINE_SEARCH_FLOOR = 1e-5
@@ -149,6 +151,8 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     if optimizer in ("trf", "lm"):
         result = _least_squares(objective, u0, optimizer, bounds, tol, max_iter, log)
         result.n_iter = max(len(history["loss"]) - 1, 0)
+    elif optimizer == "fides":
+        result = _fides(objective, u0, bounds, tol, max_iter, log)
     else:
         result = _gradient_method(objective, u0, optimizer, gradient, bounds, tol, max_iter,
                                   log)
@@ -213,6 +217,79 @@ def _least_squares(objective, u0, optimizer, bounds, tol, max_iter, log):
         converged, reason = res.status > 0, str(res.message)
     return AdjointResult(u=res.x, n_iter=0, converged=converged, stop_reason=reason,
                          solver=solver)
+
+
+def fides_unavailable_reason():
+    """Why ``optimizer="fides"`` cannot run here, or None when it can."""
+    try:
+        import fides  # noqa: F401
+    except ImportError:
+        return ("optimizer='fides' needs the package fides: pip install fides "
+                "(or pip install 'sklode[petab]')")
+    return None
+
+
+def _fides(objective, u0, bounds, tol, max_iter, log):
+    """Fides' interior trust region (Fröhlich & Sorger 2022, the optimiser pyPESTO runs on
+    the PEtab collection) on ``L = 1/2 ||r||^2``: the Gauss-Newton matrix ``J^T J`` as the
+    Hessian until 20 iterations pass without a trust-region update, BFGS after (its
+    ``HybridFixed``), steps reflected at the bounds. On fits with many local optima (random
+    starts in a PEtab box) trf tends to stop on its ftol test at a point Fides moves on from.
+    """
+    reason = fides_unavailable_reason()
+    if reason:
+        raise ImportError(reason)
+    import fides
+
+    n = u0.size
+    evaluated = [False]
+    best = [np.inf]
+
+    def fun(u):
+        try:
+            r = objective.residual(u)
+            J = objective.jacobian(u)
+        except IntegrationError:
+            if not evaluated[0]:
+                raise  # at the start: adjoint_solve's caller says why, in words
+            # a trial point where the ODE (or its sensitivities) cannot be integrated: a
+            # non-finite cost makes Fides reject the step and shrink the trust region
+            return np.nan, np.full(n, np.nan), np.full((n, n), np.nan)
+        evaluated[0] = True
+        # a sensitivity that overflowed at a finite residual: Fides stops on any
+        # non-finite gradient; zero those entries so the trust region steps on with the rest
+        J = np.where(np.isfinite(J), J, 0.0)
+        cost, grad = 0.5 * float(r @ r), J.T @ r
+        if cost < best[0]:  # Fides accepts only decreasing steps: log those, as iterates
+            best[0] = cost
+            log(cost, grad)
+        return cost, grad, J.T @ J
+
+    lower, upper = bounds if bounds is not None else (np.full(n, -np.inf), np.full(n, np.inf))
+    optimizer = fides.Optimizer(
+        fun, ub=np.asarray(upper, dtype=np.float64), lb=np.asarray(lower, dtype=np.float64),
+        verbose=logging.ERROR, hessian_update=fides.HybridFixed(),
+        options={fides.Options.MAXITER: int(max_iter), fides.Options.FATOL: tol,
+                 fides.Options.FRTOL: tol})
+    solver = "fides (interior trust region, Gauss-Newton then BFGS, sensitivity Jacobian)"
+    try:
+        optimizer.minimize(np.array(u0, dtype=np.float64))
+    except RuntimeError as exc:  # a non-finite BFGS update: keep the best point so far
+        return AdjointResult(u=np.array(optimizer.x_min), n_iter=int(optimizer.iteration),
+                             converged=False, solver=solver,
+                             stop_reason=f"stopped on a non-finite step ({exc})")
+    flag = optimizer.exitflag
+    reasons = {
+        fides.ExitFlag.FTOL: f"cost changed by less than {tol:g} (absolute + relative)",
+        fides.ExitFlag.XTOL: "step below xtol",
+        fides.ExitFlag.GTOL: "gradient norm below gatol",
+        fides.ExitFlag.MAXITER: f"max_iter={max_iter} reached",
+        fides.ExitFlag.DELTA_TOO_SMALL: "trust region too small to proceed",
+        fides.ExitFlag.EXCEEDED_BOUNDARY: "a step left the bounds",
+    }
+    return AdjointResult(u=np.array(optimizer.x_min), n_iter=int(optimizer.iteration),
+                         converged=int(flag) > 0, solver=solver,
+                         stop_reason=reasons.get(flag, f"fides exit flag {flag!r}"))
 
 
 def _gradient_method(objective, u0, optimizer, gradient, bounds, tol, max_iter, log):
