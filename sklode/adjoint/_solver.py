@@ -245,16 +245,24 @@ def _fides(objective, u0, bounds, tol, max_iter, log):
     evaluated = [False]
     best = [np.inf]
 
+    rejected = (np.nan, np.full(n, np.nan), np.full((n, n), np.nan))
+
     def fun(u):
         try:
             r = objective.residual(u)
+            if evaluated[0] and 0.5 * float(r @ r) >= optimizer.fval:
+                # No lower than the current iterate: Fides rejects this step whatever the
+                # gradient (its ratio of actual to predicted decrease is <= 0, as the
+                # Coleman-Li term it subtracts is >= 0) and shrinks the trust region exactly
+                # as for a non-finite cost. Saying so spares the sensitivity solve.
+                return rejected
             J = objective.jacobian(u)
         except IntegrationError:
             if not evaluated[0]:
                 raise  # at the start: adjoint_solve's caller says why, in words
             # a trial point where the ODE (or its sensitivities) cannot be integrated: a
             # non-finite cost makes Fides reject the step and shrink the trust region
-            return np.nan, np.full(n, np.nan), np.full((n, n), np.nan)
+            return rejected
         evaluated[0] = True
         # a sensitivity that overflowed at a finite residual: Fides stops on any
         # non-finite gradient; zero those entries so the trust region steps on with the rest
