@@ -9,6 +9,7 @@ from numpy.testing import assert_allclose
 
 from sklode import AdjointODE, BCDProxODE, WENDyODE, simulate
 from sklode.adjoint import OPTIMIZERS
+from sklode.adjoint._solver import BOUNDED_OPTIMIZERS
 from sklode.datasets import make_trajectory
 from sklode.exceptions import (
     ConvergenceWarning,
@@ -193,7 +194,7 @@ def test_positive_keeps_parameters_non_negative(Estimator, lv):
 # with -m slow.
 @pytest.mark.parametrize("optimizer", [
     pytest.param(name, marks=pytest.mark.slow) if name in ("CG-DY", "CG-FR", "CG-HS") else name
-    for name in sorted(set(OPTIMIZERS) - {"trf", "L-BFGS-B"})])
+    for name in sorted(set(OPTIMIZERS) - set(BOUNDED_OPTIMIZERS))])
 def test_unconstrained_optimizers_honour_bounds_by_a_change_of_variables(optimizer, lv,
                                                                           fitted):
     # c (third parameter) is near 4 unconstrained; an upper bound of 3.5 binds.
