@@ -642,6 +642,10 @@ def petab_command(args, out=None):
     print(f"{problem!r}", file=out)
     print(f"-log L at the nominal parameters: {problem.neg_log_likelihood():.6f}", file=out)
     settings = {"verbose": 1} if not args.quiet else {}
+    if args.optimizer is not None:
+        settings["optimizer"] = args.optimizer
+        if args.optimizer == "trf":
+            settings["max_iter"] = 200  # AdjointODE's own: the estimator's 1000 is fides'
     if args.max_iter is not None:
         settings["max_iter"] = args.max_iter
     est = problem.estimator(n_starts=args.starts, random_state=args.seed, n_jobs=args.n_jobs,
@@ -771,6 +775,9 @@ def main(argv=None):
     p_petab.add_argument("--n-jobs", type=int, default=None)
     p_petab.add_argument("--seed", type=int, default=0, help="seed of the random starts")
     p_petab.add_argument("--max-iter", type=int, default=None)
+    p_petab.add_argument("--optimizer", choices=["fides", "trf"], default=None,
+                         help="default fides where installed (pyPESTO's), else trf; "
+                              "neither finds the best optimum on every problem")
     p_petab.add_argument("--output", default=None,
                          help="write the parameter table with the fitted values (.tsv)")
     p_petab.add_argument("--quiet", action="store_true", help="no line per start")

@@ -434,6 +434,18 @@ def test_the_shipped_example_and_the_command_line(tmp_path, capsys):
     assert "within 0.1 of the best" in printed
     table = petab.get_parameter_df(str(output))
     assert set(table.index) >= {"R0_NY", "gamma_CA"} and table["nominalValue"].notna().all()
+    # --optimizer trf: trf with AdjointODE's own max_iter (not fides' 1000)
+    from argparse import Namespace
+
+    from sklode.cli import petab_command
+
+    args = Namespace(problem=str(sk_petab.example_path()), starts=1, n_jobs=None, seed=0,
+                     max_iter=None, optimizer="trf", output=None, quiet=True)
+    with open(tmp_path / "printed.txt", "w") as out:
+        est = petab_command(args, out=out)
+    assert (est.optimizer, est.max_iter) == ("trf", 200)
+    with pytest.raises(SystemExit):  # argparse: only fides and trf are offered here
+        main(["petab", str(sk_petab.example_path()), "--optimizer", "lm"])
 
 
 def test_a_bad_problem_path_is_a_clear_error():
