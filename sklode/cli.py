@@ -644,8 +644,6 @@ def petab_command(args, out=None):
     settings = {"verbose": 1} if not args.quiet else {}
     if args.optimizer is not None:
         settings["optimizer"] = args.optimizer
-        if args.optimizer == "trf":
-            settings["max_iter"] = 200  # AdjointODE's own: the estimator's 1000 is fides'
     if args.max_iter is not None:
         settings["max_iter"] = args.max_iter
     est = problem.estimator(n_starts=args.starts, random_state=args.seed, n_jobs=args.n_jobs,

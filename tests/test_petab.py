@@ -304,7 +304,9 @@ def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkey
     problem = sk_petab.load(small_problem / "problem.yaml")
     est = problem.estimator()
     assert (est.optimizer, est.max_iter) == ("fides", 1000)
-    assert problem.estimator(optimizer="trf").optimizer == "trf"  # a setting wins
+    # a setting wins, and trf keeps AdjointODE's own max_iter (1000 is fides')
+    assert (problem.estimator(optimizer="trf").optimizer,
+            problem.estimator(optimizer="trf").max_iter) == ("trf", 200)
     monkeypatch.setattr(solver, "fides_unavailable_reason", lambda: "not here")
     est = problem.estimator()
     assert (est.optimizer, est.max_iter) == ("trf", 200)

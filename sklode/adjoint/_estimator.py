@@ -363,8 +363,9 @@ class AdjointODE(ODEEstimator):
         ImportError
             ``optimizer="fides"`` without the package fides.
         """
-        if self.optimizer == "fides" and fides_unavailable_reason():
-            raise ImportError(fides_unavailable_reason())
+        missing = fides_unavailable_reason() if self.optimizer == "fides" else None
+        if missing:
+            raise ImportError(missing)
         data = self._validate_data(t, Y)
         start_theta, data, start_note = self._start_from_init(t, Y, data)
         fitted, theta0 = check_fixed(self.fixed, start_theta, self.model)

@@ -250,7 +250,8 @@ def _fides(objective, u0, bounds, tol, max_iter, log):
     def fun(u):
         try:
             r = objective.residual(u)
-            if evaluated[0] and 0.5 * float(r @ r) >= optimizer.fval:
+            cost = 0.5 * float(r @ r)
+            if evaluated[0] and cost >= optimizer.fval:
                 # No lower than the current iterate: Fides rejects this step whatever the
                 # gradient (its ratio of actual to predicted decrease is <= 0, as the
                 # Coleman-Li term it subtracts is >= 0) and shrinks the trust region exactly
@@ -267,7 +268,7 @@ def _fides(objective, u0, bounds, tol, max_iter, log):
         # a sensitivity that overflowed at a finite residual: Fides stops on any
         # non-finite gradient; zero those entries so the trust region steps on with the rest
         J = np.where(np.isfinite(J), J, 0.0)
-        cost, grad = 0.5 * float(r @ r), J.T @ r
+        grad = J.T @ r
         if cost < best[0]:  # Fides accepts only decreasing steps: log those, as iterates
             best[0] = cost
             log(cost, grad)

@@ -265,15 +265,18 @@ class PEtabProblem:
             lower[i], upper[i] = self.lower[k], self.upper[k]
             positive[i] = self.scales[k] != "lin"
         fixed = dict(self.fixed)
-        options = dict(theta0=start, estimate_x0=False, fixed=fixed,
+        optimizer = settings.get("optimizer",
+                                 "trf" if fides_unavailable_reason() else "fides")
+        options = dict(theta0=start, optimizer=optimizer, estimate_x0=False, fixed=fixed,
                        bounds=(lower, upper), positive=positive, noise_kind=self.noise_kind,
                        n_starts=n_starts, random_state=random_state, n_jobs=n_jobs,
                        rtol=1e-8, atol=1e-10,
                        integrator="LSODA" if native_unavailable_reason() else "CVODES")
-        if not fides_unavailable_reason():
+        if optimizer == "fides":
             # pyPESTO's optimiser and iteration limit on this collection: from random starts
-            # in a 10-decade box trf stops on its ftol test at poor points more often
-            options.update(optimizer="fides", max_iter=1000)
+            # in a 10-decade box trf stops on its ftol test at poor points more often. Any
+            # other optimiser keeps AdjointODE's own max_iter.
+            options["max_iter"] = 1000
         options.update(settings)
         return AdjointODE(self.model, **options)
 
