@@ -22,6 +22,8 @@ All functions take and return numpy arrays.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .exceptions import IntegrationError
@@ -346,16 +348,30 @@ def _stage_operator(h, M):
 
 def _neumann_series(r, apply, max_sweeps=100):
     """Solve ``x = r + apply(x)`` by fixed-point sweeps; None when they do not converge to
-    round-off within ``max_sweeps`` or start to diverge (the caller then solves directly)."""
+    round-off within ``max_sweeps`` or start to diverge (the caller then solves directly).
+
+    The sweeps' changes shrink by the contraction rate of ``apply``; once two changes give
+    it, a series that would need more than ``max_sweeps`` sweeps in all stops there instead
+    of running them out (a stiff step of a diffusion problem: 20 wasted sweeps on every
+    step, two thirds of a 200-cell fit's time, before its direct solve)."""
     x = r.copy()
     scale = np.max(np.abs(r)) + 1e-300
-    for _ in range(max_sweeps):
+    tolerance = 1e-15 * scale
+    previous = None
+    for sweep in range(1, max_sweeps + 1):
         x_new = r + apply(x)
-        if np.max(np.abs(x_new - x)) <= 1e-15 * scale:
+        change = np.max(np.abs(x_new - x))
+        if change <= tolerance:
             return x_new
         x = x_new
         if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > 1e12 * scale:
             return None
+        if previous is not None and sweep >= 3:
+            rate = change / previous
+            if rate >= 1.0 or sweep + math.log(tolerance / change) / math.log(rate) \
+                    > max_sweeps:
+                return None
+        previous = change
     return None
 
 

@@ -349,3 +349,28 @@ def test_a_sparsity_that_keeps_growing_is_refused_not_guessed():
     X = np.random.default_rng(0).uniform(0.5, 2.0, (300, 300))
     with pytest.raises(sklode.exceptions.ModelError, match="keeps growing"):
         model.jac_x_sparse(t, X, [1.0])
+
+
+def test_neumann_series_stops_early_when_it_cannot_converge_in_its_budget():
+    from sklode._sensitivity import _neumann_series
+
+    r = np.array([1.0, -2.0, 0.5])
+    calls = []
+
+    def contraction(rate):
+        def apply(x):
+            calls.append(1)
+            return rate * x
+        return apply
+
+    # rate 0.1: 1e-15 is reached in ~16 sweeps, within 20; the fixed point is r / (1 - rate)
+    x = _neumann_series(r, contraction(0.1), max_sweeps=20)
+    np.testing.assert_allclose(x, r / 0.9, rtol=1e-14)
+    # rate 0.9 would need ~330 sweeps: the rate is known after three, and it stops there
+    calls.clear()
+    assert _neumann_series(r, contraction(0.9), max_sweeps=20) is None
+    assert len(calls) == 3
+    # a diverging series stops as soon as its changes grow
+    calls.clear()
+    assert _neumann_series(r, contraction(1.5), max_sweeps=20) is None
+    assert len(calls) == 3
