@@ -106,7 +106,17 @@ static int roots(sunrealtype t, N_Vector y, sunrealtype *g, void *user_data) {
 static void v_linearsum(sunrealtype a, N_Vector x, sunrealtype b, N_Vector y, N_Vector z) {
     const double *xd = DAT(x), *yd = DAT(y);
     double *zd = DAT(z);
-    for (long i = 0; i < LEN(z); i++) zd[i] = a * xd[i] + b * yd[i];
+    /* SUNDIALS' serial vector computes a (x + y) when a = b and a (x - y) when a = -b (not
+     * a x + b y, which differs in the last bit): the same here, so that a solve is the
+     * same to the bit whichever build of SUNDIALS it links against. (Its other special
+     * cases, a or b = 1 or -1, give a x + b y exactly.) */
+    if (a == b && !(a == 1.0 || a == -1.0)) {
+        for (long i = 0; i < LEN(z); i++) zd[i] = a * (xd[i] + yd[i]);
+    } else if (a == -b && !(a == 1.0 || a == -1.0)) {
+        for (long i = 0; i < LEN(z); i++) zd[i] = a * (xd[i] - yd[i]);
+    } else {
+        for (long i = 0; i < LEN(z); i++) zd[i] = a * xd[i] + b * yd[i];
+    }
 }
 static void v_const(sunrealtype c, N_Vector z) {
     double *zd = DAT(z);
@@ -227,6 +237,9 @@ static int v_linearcombinationvectorarray(int n_vec, int n_sum, sunrealtype *c,
 }
 
 static void fast_vector(N_Vector v) {  /* its clones copy the table */
+#ifdef SKLODE_LIBRARY_KERNELS  /* defined by a test that compares both to the bit */
+    return;
+#endif
     v->ops->nvlinearsum = v_linearsum;
     v->ops->nvconst = v_const;
     v->ops->nvprod = v_prod;
@@ -380,11 +393,13 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
     if ((flag = CVodeSetMaxNumSteps(mem, max_steps))) goto done;
     A = SUNDenseMatrix(NX, NX, ctx);
     LS = SUNLinSol_Dense(y, A, ctx);
+#ifndef SKLODE_LIBRARY_KERNELS
     A->ops->zero = m_zero;
     A->ops->copy = m_copy;
     A->ops->scaleaddi = m_scaleaddi;
     LS->ops->setup = ls_setup;
     LS->ops->solve = ls_solve;
+#endif
     if ((flag = CVodeSetLinearSolver(mem, LS, A))) goto done;
     if ((flag = CVodeSetJacFn(mem, jac))) goto done;
     if (n_sens > 0) {
