@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 from scipy.integrate import solve_ivp
 
@@ -244,6 +245,11 @@ def test_conditions_placeholders_and_initial_values_per_experiment(small_problem
         fd = (problem.model.initial_offsets(up) - problem.model.initial_offsets(down)) / (
             2 * step)
         np.testing.assert_allclose(D[:, j], fd, rtol=1e-6, atol=1e-9)
+    # written by sympy at import (not autograd per call): autograd's to round-off
+    assert problem.model._initial_jacobian is not None
+    autograd = torch.autograd.functional.jacobian(problem.model._initial,
+                                                  torch.as_tensor(theta)).numpy()
+    np.testing.assert_allclose(D, autograd, rtol=1e-14, atol=0)
 
 
 def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):

@@ -105,6 +105,9 @@ class GeneratedModel(ODEModel):
             self.noise_sd = self._noise_sd
         self._offsets = namespace.get("state_offsets")
         self._initial = namespace.get("initial_offsets")
+        self._initial_jacobian = namespace.get("initial_offsets_jacobian")
+        at = namespace.get("INITIAL_OFFSETS_JACOBIAN_AT")
+        self._initial_jacobian_at = None if at is None else tuple(np.array(at).T)
 
     def __repr__(self):
         return (f"GeneratedModel(name={self.name!r}, states={len(self.state_names)}, "
@@ -148,6 +151,11 @@ class GeneratedModel(ODEModel):
         return self._initial(torch.as_tensor(np.asarray(theta, dtype=np.float64))).numpy()
 
     def initial_offsets_jacobian(self, theta):
-        """``d initial_offsets / d theta``, by autograd of the generated function."""
+        """``d initial_offsets / d theta``: the derivatives sympy wrote at import
+        (``initial_offsets_jacobian`` in the source), or autograd of ``initial_offsets``."""
         theta = torch.as_tensor(np.asarray(theta, dtype=np.float64))
+        if self._initial_jacobian is not None:
+            jacobian = np.zeros((len(self.state_names), len(self.param_names)))
+            jacobian[self._initial_jacobian_at] = self._initial_jacobian(theta).numpy()
+            return jacobian
         return torch.autograd.functional.jacobian(self._initial, theta).numpy()
