@@ -95,31 +95,25 @@ def one(method, system, d, T):
     import sklode.wendy._estimator
 
     torch.set_num_threads(1)
-    covariance_cpu = [0.0]  # the covariance after the fit (sensitivities), timed apart
-    original = sklode._uncertainty.fit_uncertainty
 
-    def timed(*args, **kwargs):
-        begin = time.process_time()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            covariance_cpu[0] += time.process_time() - begin
+    def timed(function, total):
+        """``function``, adding the CPU of each call to ``total[0]``."""
+        def wrapper(*args, **kwargs):
+            begin = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                total[0] += time.process_time() - begin
+        return wrapper
 
-    sklode._uncertainty.fit_uncertainty = timed
-    sklode.adjoint._estimator.fit_uncertainty = timed
-    # WENDy's x0 after its theta (a least-squares shooting fit with d sensitivity columns,
-    # once per fit, not per iteration), timed apart in the same way
-    shooting_cpu = [0.0]
-    shoot = sklode.wendy._estimator.shoot_initial_state
-
-    def timed_shooting(*args, **kwargs):
-        begin = time.process_time()
-        try:
-            return shoot(*args, **kwargs)
-        finally:
-            shooting_cpu[0] += time.process_time() - begin
-
-    sklode.wendy._estimator.shoot_initial_state = timed_shooting
+    # the covariance after the fit (sensitivities), and WENDy's x0 after its theta (a
+    # least-squares shooting fit with d sensitivity columns, once per fit, not per
+    # iteration), timed apart
+    covariance_cpu, shooting_cpu = [0.0], [0.0]
+    sklode._uncertainty.fit_uncertainty = sklode.adjoint._estimator.fit_uncertainty = timed(
+        sklode._uncertainty.fit_uncertainty, covariance_cpu)
+    sklode.wendy._estimator.shoot_initial_state = timed(
+        sklode.wendy._estimator.shoot_initial_state, shooting_cpu)
     p = problem(system, d, T)
     data = make_trajectory(p, random_state=0)
     est = getattr(sklode, method)(p.model, theta0=1.3 * p.theta)

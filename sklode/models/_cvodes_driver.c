@@ -216,13 +216,10 @@ static int v_wrmsnormvectorarray(int n, N_Vector *X, N_Vector *W, sunrealtype *n
 }
 static int v_scaleaddmultivectorarray(int n_vec, int n_sum, sunrealtype *a, N_Vector *X,
                                       N_Vector **Y, N_Vector **Z) {
+    N_Vector y_column[n_sum > 0 ? n_sum : 1], z_column[n_sum > 0 ? n_sum : 1];
     for (int j = 0; j < n_vec; j++) {
-        const double *xd = DAT(X[j]);
-        for (int k = 0; k < n_sum; k++) {
-            const double *yd = DAT(Y[k][j]);
-            double *zd = DAT(Z[k][j]);
-            for (long i = 0; i < LEN(X[j]); i++) zd[i] = a[k] * xd[i] + yd[i];
-        }
+        for (int k = 0; k < n_sum; k++) { y_column[k] = Y[k][j]; z_column[k] = Z[k][j]; }
+        v_scaleaddmulti(n_sum, a, X[j], y_column, z_column);
     }
     return 0;
 }
