@@ -72,7 +72,10 @@ def one(name, starts):
     result = optimize.minimize(pproblem, optimizer=optimize.FidesOptimizer(),
                                n_starts=len(guesses), progress_bar=False)
     cpu = time.process_time() - begin
-    fvals = [float(r.fval) for r in result.optimize_result.list]
+    # in the starts' order (pyPESTO sorts its results by value; ids are the start indices),
+    # so that each start compares with sklode's from the same point
+    by_start = sorted(result.optimize_result.list, key=lambda r: int(r.id))
+    fvals = [float(r.fval) for r in by_start]
     return {"fvals": fvals, "best": float(np.nanmin(fvals)), "cpu_s": cpu,
             "within_0.1": int(np.sum(np.array(fvals) <= np.nanmin(fvals) + 0.1)),
             "pypesto": pypesto.__version__}

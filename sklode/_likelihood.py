@@ -663,6 +663,38 @@ class Observation:
         terms = neg_log_likelihood_terms(self.Y, H, S, self.kinds)[self.mask]
         return float(np.sum(terms)) if np.all(np.isfinite(terms)) else np.inf
 
+    def cost_offset(self):
+        """``1/2 ||R||^2 - (-log L)`` of this experiment's rows: a constant of the data.
+
+        The rows' sum of squares is ``-log L`` without the constants that do not move the
+        fit and with ``C/2`` per observation from the noise rows (module docstring).
+        An optimiser whose stopping test is relative to the cost (Fides' ``frtol``) needs
+        the cost on ``-log L``'s own scale to stop where pyPESTO's does: ``C`` adds about
+        20 per observation, 3-20x the size of ``-log L`` on the PEtab problems.
+
+        Returns
+        -------
+        float
+        """
+        total = 0.0
+        offset = self._offset.numpy()
+        known = None if self.modelled_noise else self._sigma_or_ones().numpy()
+        for j, kind in enumerate(self.kinds):
+            observed = self.mask[:, j]
+            dist = DISTRIBUTIONS[kind]
+            # the noise rows' 1/2 (2 log s + C), or the log s the rows leave out when s is
+            # known; Laplace rows square to |e| / s (its log 2 s term), the normal ones miss
+            # 1/2 log 2 pi, and the log kinds also the density's log(y ln b)
+            if self.modelled_noise:
+                per = np.full(int(observed.sum()), 0.5 * offset[j])
+            else:
+                per = -np.log(known[observed, j])
+            per = per - (np.log(2.0) if dist == "laplace" else _HALF_LOG_2PI)
+            if dist in _LOG:
+                per = per - np.log(self.Y[observed, j] * _LOG[dist])
+            total += float(np.sum(per))
+        return total
+
 
 def _profiled_scale(E, W, dist):
     """ML scale ``c`` of ``s = c w`` for the errors ``E`` (on the distribution's scale) with

@@ -458,6 +458,21 @@ class LeastSquaresObjective(_Objective):
         """
         return self._evaluate(u)[2]
 
+    def cost_offset(self):
+        """The cost ``1/2 ||r||^2`` minus the data's ``-log L`` (PEtab's convention, every
+        constant) when the noise levels are known or modelled: a constant of the data
+        (:meth:`~sklode._likelihood.Observation.cost_offset`), so that an optimiser whose
+        stopping test is relative to the cost can see ``-log L`` itself.
+
+        Returns
+        -------
+        float
+        """
+        if self.observation is not None:
+            return self.observation.cost_offset()
+        sigma = self.sigma if self.sigma is not None else np.ones_like(self.Y)
+        return -float(np.sum((np.log(sigma) + 0.5 * np.log(2.0 * np.pi))[self.mask]))
+
     def safe_residual(self, u):
         """Residual, or NaNs where the ODE blows up (trust-region methods then shrink).
 
@@ -802,6 +817,15 @@ class ExperimentsObjective(_Objective):
     def modelled_noise(self):
         """Whether some experiment's noise depends on the unknowns."""
         return any(p.modelled_noise for p in self.parts)
+
+    def cost_offset(self):
+        """The cost minus ``-log L`` (see :meth:`LeastSquaresObjective.cost_offset`).
+
+        Returns
+        -------
+        float
+        """
+        return sum(p.cost_offset() for p in self.parts)
 
     def jacobian_z(self, u, fisher=False):
         """Jacobian of the residual in the unknowns.

@@ -64,6 +64,51 @@ def test_sum_of_squares_rows_equal_the_likelihood_up_to_a_constant():
     assert np.ptp(differences) < 1e-8 * abs(differences[0])
 
 
+def _states_at(model, experiment, theta):
+    return simulate(model, theta, experiment.x0, experiment.t, t0=experiment.t0,
+                    doses=experiment.doses, rtol=1e-11, atol=1e-13)
+
+
+@pytest.mark.parametrize("noise_kind", ["absolute", "laplace", "lognormal", "log10normal"])
+def test_the_cost_less_its_offset_is_the_negative_log_likelihood(noise_kind):
+    # Fides sees cost - cost_offset() so that its relative stopping test reads -log L as
+    # pyPESTO's does: the offset must be the whole constant, for every noise kind, at any
+    # parameter value (two here, 30 % apart: a wrong constant that depends on theta fails)
+    model = OralPK()
+    data = check_experiments(pk_experiments(), None, model=model, estimate_x0=False,
+                             x0=[0, 0], t0=0.0, estimator_name="test")
+    objective, _ = objective_for_experiments(model, data, theta0=PK_TRUTH,
+                                             noise_kind=noise_kind, rtol=1e-11, atol=1e-13)
+    for factor in (1.0, 1.3):
+        theta = PK_TRUTH * factor
+        nll = sum(part.observation.neg_log_likelihood(_states_at(model, e, theta), theta)
+                  for part, e in zip(objective.parts, data.experiments))
+        # both from solves at rtol 1e-11; Laplace rows change by < 1e-8 per observation
+        # below their floor (_LAPLACE_FLOOR)
+        assert_allclose(objective.cost(objective.to_u(theta)) - objective.cost_offset(), nll,
+                        rtol=1e-9, atol=1e-7)
+
+
+def test_the_cost_offset_of_known_noise_levels_holds_their_log_terms():
+    # Known sigma, plain weighted residuals (no observation layer): -log L holds
+    # sum(log sigma + log(2 pi) / 2), which the cost leaves out
+    model = TwoStates()
+    experiments = two_state_experiments()
+    data = check_experiments(experiments, None, model=model, estimate_x0=False,
+                             x0=[0, 0], t0=0.0, estimator_name="test")
+    sigma = 0.05
+    objective, _ = objective_for_experiments(model, data, theta0=np.array([0.8, 0.3]),
+                                             sigma=sigma, noise_kind="absolute", rtol=1e-11,
+                                             atol=1e-13)
+    theta = np.array([0.7, 0.35])
+    nll = sum(float(np.nansum(neg_log_likelihood_terms(e.Y, _states_at(model, e, theta),
+                                                       np.full(e.Y.shape, sigma),
+                                                       ("absolute", "absolute"))))
+              for e in data.experiments)
+    assert_allclose(objective.cost(objective.to_u(theta)) - objective.cost_offset(), nll,
+                    rtol=1e-9)
+
+
 def _nll_at(model, experiment, theta):
     X = simulate(model, theta, experiment.x0, experiment.t, t0=experiment.t0,
                  doses=experiment.doses, rtol=1e-11, atol=1e-13)

@@ -631,10 +631,14 @@ class AdjointODE(ODEEstimator):
         if not ready:
             return self._cannot_start(failed)
         _, _, objective, u0, bounds = min(ready)
+        # where the noise levels are known or modelled the cost is -log L plus a constant
+        # of the data (without them one scale per observable is profiled out: no constant)
+        likelihood = self.sigma is not None or problem.model.has_noise_model
         try:
             res = adjoint_solve(objective, u0, optimizer=self.optimizer,
                                 gradient=self.gradient, bounds=bounds, tol=self.tol,
-                                max_iter=self.max_iter, verbose=self.verbose)
+                                max_iter=self.max_iter, verbose=self.verbose,
+                                cost_offset=objective.cost_offset() if likelihood else 0.0)
         except IntegrationError as exc:
             return objective, exc
         return objective, res
