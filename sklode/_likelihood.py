@@ -46,6 +46,11 @@ _LAPLACE_FLOOR = 1e-8
 # Noise rows sqrt(2 log s + C): C lets s fall this far below the data's typical size before
 # the row is undefined (the trial point is then rejected).
 _NOISE_RANGE = 1e8
+# The range for an optimiser that reads the cost less its constant (Fides, through
+# cost_offset): no noise level a parameter box allows is cut off (a PEtab start with two noise
+# factors of 1e-5 has s ~ 1e-10), and the noise rows' part of the Gauss-Newton matrix vanishes
+# as in AMICI's Fisher information (its C -> infinity limit, found the better on Fides' fits).
+NOISE_RANGE_WITHOUT_FLOOR = 1e150
 
 
 def distribution_of(kind):
@@ -217,9 +222,15 @@ class Observation:
     sigma : ndarray of shape (n_times, n_columns) or None
         Known standard deviations (:func:`known_sigma`); None when the model's ``noise_sd``
         gives them.
+    noise_range : float, default=1e8
+        The noise rows ``sqrt(2 log s + C)`` are defined down to ``s`` = a column's typical
+        data size over ``noise_range``; a point with a smaller ``s`` cannot be evaluated
+        (an optimiser rejects it). A larger range also shrinks those rows' part of the
+        Gauss-Newton matrix, ``(d log s)^2 / (2 log s + C)``, and adds to the cost's
+        constant (:meth:`cost_offset`), which loosens a stopping test relative to the cost.
     """
 
-    def __init__(self, model, columns, t, Y, kinds, sigma):
+    def __init__(self, model, columns, t, Y, kinds, sigma, noise_range=_NOISE_RANGE):
         self.model, self.columns, self.kinds = model, tuple(columns), tuple(kinds)
         self.t = np.asarray(t, dtype=np.float64)
         self.Y = np.asarray(Y, dtype=np.float64)
@@ -259,7 +270,7 @@ class Observation:
             values = values[values > 0]
             if d not in _LOG and values.size:
                 typical[j] = np.median(values)
-        self._offset = torch.from_numpy(2.0 * np.log(_NOISE_RANGE / typical))
+        self._offset = torch.from_numpy(2.0 * np.log(noise_range / typical))
 
     @property
     def n_rows(self):

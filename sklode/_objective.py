@@ -903,7 +903,7 @@ def uses_observation_layer(model, noise_kind):
             or DISTRIBUTIONS.get(noise_kind, "normal") != "normal")
 
 
-def observation_for(model, experiment, observed, sigma, noise_kind):
+def observation_for(model, experiment, observed, sigma, noise_kind, noise_range=None):
     """The :class:`~sklode._likelihood.Observation` of one experiment, or None when the plain
     weighted residuals suffice (:func:`uses_observation_layer`).
 
@@ -916,6 +916,9 @@ def observation_for(model, experiment, observed, sigma, noise_kind):
     sigma : float or array-like
         Known noise levels (unused when the model has ``noise_sd``).
     noise_kind : str or dict
+    noise_range : float, optional
+        How far below the data's typical size a modelled noise level may fall
+        (:class:`~sklode._likelihood.Observation`; its default when None).
 
     Returns
     -------
@@ -926,7 +929,8 @@ def observation_for(model, experiment, observed, sigma, noise_kind):
     names = [model.observables[i] for i in observed]
     kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
     known = None if model.has_noise_model else known_sigma(experiment.Y, sigma, kinds)
-    return Observation(model, observed, experiment.t, experiment.Y, kinds, known)
+    return Observation(model, observed, experiment.t, experiment.Y, kinds, known,
+                       **({} if noise_range is None else {"noise_range": noise_range}))
 
 
 def _prior_and_invariant(n, x0_prior, x0_prior_sigma, invariant, invariant_weight):
@@ -952,7 +956,7 @@ def objective_for_experiment(model, experiment, observed, *, theta0, fitted=None
                              noise_kind="absolute", x0_prior=None, x0_prior_sigma=None,
                              invariant=None, invariant_weight=1e-4, positive=False,
                              integrator="LSODA", rtol=1e-8, atol=1e-10,
-                             estimator_name="AdjointODE"):
+                             estimator_name="AdjointODE", noise_range=None):
     """The cost of one validated :class:`~sklode._validation.Experiment` and its start ``u0``.
 
     Parameters
@@ -968,6 +972,9 @@ integrator, rtol, atol
         As for :class:`~sklode.AdjointODE`.
     estimator_name : str, default="AdjointODE"
         For messages.
+    noise_range : float, optional
+        How far below the data's typical size a modelled noise level may fall before the
+        cost is undefined (:class:`~sklode._likelihood.Observation`).
 
     Returns
     -------
@@ -979,7 +986,7 @@ integrator, rtol, atol
     prior, penalty = _prior_and_invariant(model.n_states, x0_prior, x0_prior_sigma, invariant,
                                           invariant_weight)
     sigma = sigma if experiment.sigma is None else experiment.sigma
-    observation = observation_for(model, experiment, observed, sigma, noise_kind)
+    observation = observation_for(model, experiment, observed, sigma, noise_kind, noise_range)
     objective = LeastSquaresObjective(
         model, experiment.t0, experiment.t, experiment.Y,
         None if observation is not None else observation_sigma(experiment.Y, sigma,

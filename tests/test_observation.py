@@ -21,6 +21,7 @@ from sklode._likelihood import neg_log_likelihood_terms
 from sklode._objective import objective_for_experiments
 from sklode._sensitivity import forward_trajectory, sensitivities
 from sklode._validation import check_experiments
+from sklode.exceptions import IntegrationError
 from sklode.metrics import neg_log_likelihood
 
 
@@ -244,6 +245,27 @@ def test_adjoint_recovers_pk_parameters_with_a_fitted_combined_error():
     n = sum(len(e) for e in pk_experiments())
     assert est.aic_ == pytest.approx(2 * est.neg_log_likelihood_ + 2 * 5)
     assert est.bic_ == pytest.approx(2 * est.neg_log_likelihood_ + np.log(n) * 5)
+
+
+def test_fides_starts_where_the_modelled_noise_is_far_below_the_data():
+    # A PEtab box draws noise factors of 1e-5 and less; their product put two of Fiedler's 20
+    # starts below the noise rows' floor (1e-8 of the data's size), which pyPESTO starts
+    # from. Fides reads the cost less its constant and has no floor: from s ~ 1e-10 (the
+    # concentrations are ~1-10) it reaches the optimum it reaches from a start near it.
+    pytest.importorskip("fides")
+    experiments = pk_experiments()
+    settings = dict(estimate_x0=False, positive=True, optimizer="fides")
+    low = (0.8, 0.25, 20.0, 1e-10, 1e-10)
+    with pytest.raises(IntegrationError, match="noise_sd is not positive"):
+        _quiet(AdjointODE(OralPK(), theta0=low, **{**settings, "optimizer": "trf"}),
+               experiments)
+    far = _quiet(AdjointODE(OralPK(), theta0=low, **settings), experiments)
+    near = _quiet(AdjointODE(OralPK(), theta0=(0.8, 0.25, 20.0, 0.3, 0.2), **settings),
+                  experiments)
+    # the same optimum from both: -log L to 1e-6 and theta to 1e-3 of itself (the fits stop
+    # on Fides' 1e-8 cost tests, a few 1e-4 of a standard error apart)
+    assert far.neg_log_likelihood_ == pytest.approx(near.neg_log_likelihood_, abs=1e-6)
+    assert_allclose(far.theta_, near.theta_, rtol=1e-3)
 
 
 def test_likelihood_from_metrics_is_the_estimators_at_the_fit_and_larger_elsewhere():

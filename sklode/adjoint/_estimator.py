@@ -21,6 +21,7 @@ from .._estimator import (
     warn_not_converged,
 )
 from .._initial_state import data_starts
+from .._likelihood import NOISE_RANGE_WITHOUT_FLOOR
 from .._objective import NOISE_KINDS, objective_for_experiments
 from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
 from .._validation import bounds_with_positivity, check_bounds, check_fixed, check_positive
@@ -606,7 +607,10 @@ class AdjointODE(ODEEstimator):
             x0_prior_sigma=self.x0_prior_sigma, invariant=self.invariant,
             invariant_weight=self.invariant_weight, positive=self.positive,
             integrator=self.integrator, rtol=self.rtol, atol=self.atol,
-            estimator_name=type(self).__name__)
+            estimator_name=type(self).__name__,
+            # Fides reads the cost less its constant (adjoint_solve's cost_offset): it
+            # needs no floor under the noise levels; trf's relative ftol would loosen
+            noise_range=NOISE_RANGE_WITHOUT_FLOOR if self.optimizer == "fides" else None)
 
     def _solve(self, problem, theta_start, fitted):
         """``(objective, result)`` of one optimisation from ``theta_start``, from the one of
