@@ -271,6 +271,7 @@ class Observation:
             if d not in _LOG and values.size:
                 typical[j] = np.median(values)
         self._offset = torch.from_numpy(2.0 * np.log(noise_range / typical))
+        self._noise_floor = typical / noise_range
 
     @property
     def n_rows(self):
@@ -381,15 +382,14 @@ class Observation:
         standard deviations ``s`` (numpy, shape ``(n_times, n_columns)``)."""
         observed = self.mask
         is_log = self._is_log.numpy()
-        if np.any((h <= 0) & is_log & observed):
+        if self._any_log and np.any((h <= 0) & is_log & observed):
             raise IntegrationError(
                 "A predicted observable read on the log scale is not positive "
                 f"(smallest {float(h[np.broadcast_to(is_log, h.shape) & observed].min()):.3g}"
                 "): the log-normal likelihood is undefined there.")
         if self.modelled_noise:
-            with np.errstate(all="ignore"):
-                small = 2.0 * np.log(s) + self._offset.numpy() < 0
-            if np.any(observed & (~(s > 0) | small)):
+            # 2 log s + C < 0 (the noise row undefined) is s below exp(-C / 2)
+            if np.any(observed & (~(s > 0) | (s < self._noise_floor))):
                 raise IntegrationError(
                     "The model's noise_sd is not positive (or vanishingly small) at some "
                     "observation: its parameters have left the range where the "

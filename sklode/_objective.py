@@ -548,9 +548,12 @@ class LeastSquaresObjective(_Objective):
     def _needed_params(self):
         """This experiment's parameters whose sensitivities the fitted ones need (through
         the conditions' map): the CVODES path integrates only those."""
-        if self.theta_map is None:
-            return np.flatnonzero(self.fitted)
-        return np.flatnonzero(np.any(self.theta_map[0][:, self.fitted] != 0, axis=1))
+        needed = self.__dict__.get("_needed")  # the map and the fitted set do not change
+        if needed is None:
+            needed = (np.flatnonzero(self.fitted) if self.theta_map is None else
+                      np.flatnonzero(np.any(self.theta_map[0][:, self.fitted] != 0, axis=1)))
+            self._needed = needed
+        return needed
 
     def _unknown_columns(self, D, x0_part=True):
         """Derivatives in ``[x0 (all states, when estimated) | this experiment's theta]``
@@ -620,6 +623,13 @@ class _SharedSolve:
         self.parts, self.field_params = parts, field_params
         self.t = np.unique(np.concatenate([p.t for p in parts]))
         self.key, self.traj = None, None
+        # each experiment's times among the union's, its own grid and its times on it
+        # (fixed: computed once, not at every evaluation)
+        self.layout = {}
+        for p in parts:
+            grid = np.union1d([p.t0], p.t)
+            self.layout[id(p)] = (np.searchsorted(self.t, p.t), grid,
+                                  np.searchsorted(grid, p.t))
 
     def trajectory(self, part, theta, x0):
         key = (theta[self.field_params].tobytes(), np.asarray(x0, dtype=np.float64).tobytes())
@@ -629,21 +639,20 @@ class _SharedSolve:
                                            **part.solver, max_evaluations=part.max_evaluations,
                                            doses=part.doses)
             self.key = key
-        return _restricted(self.traj, np.searchsorted(self.t, part.t), part.t0)
+        return _restricted(self.traj, *self.layout[id(part)])
 
 
-def _restricted(traj, index, t0):
-    """A CVODES trajectory at a subset ``index`` of its observation times."""
+def _restricted(traj, index, grid, obs_index):
+    """A CVODES trajectory at a subset ``index`` of its observation times (``grid``: the
+    subset and the start, ``obs_index``: the subset's places on it)."""
     native, scipy = traj.native, traj.scipy
-    grid = np.union1d([t0], traj.grid[traj.obs_index][index])
 
     def scipy_subset():
         whole = scipy()
         return Trajectory(whole.grid, whole.obs_index[index], whole.states[index], whole.dense,
                           whole.x0, whole.n_evaluations)
 
-    return Trajectory(grid, np.searchsorted(grid, traj.grid[traj.obs_index][index]),
-                      traj.states[index], None, traj.x0, traj.n_evaluations,
+    return Trajectory(grid, obs_index, traj.states[index], None, traj.x0, traj.n_evaluations,
                       native=lambda with_x0, params=None, start=None: native(
                           with_x0, params, start)[index],
                       scipy=scipy_subset, native_reads=traj.native_reads)

@@ -8,6 +8,7 @@ and loads anywhere sklode does. Its constants are the names and the generated so
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
@@ -28,6 +29,19 @@ def _stack(values, shape):
 
 
 _F64 = torch.zeros((), dtype=torch.float64)
+
+
+def _parameters_read(source, name):
+    """The indices ``k`` of ``theta[k]`` in the generated function ``name``, or None when it
+    is absent or uses ``theta`` in any other way (then every parameter may matter)."""
+    match = re.search(rf"^def {name}\(theta\):\n((?:[ \t]+.*\n?)*)", source, re.MULTILINE)
+    if match is None:
+        return None
+    body = match.group(1)
+    indices = re.findall(r"\btheta\[(\d+)\]", body)
+    if len(indices) != len(re.findall(r"\btheta\b", body)):
+        return None
+    return np.unique(np.array(indices, dtype=int))
 
 
 def _as_tensor(v, like):
@@ -108,6 +122,7 @@ class GeneratedModel(ODEModel):
         self._initial_jacobian = namespace.get("initial_offsets_jacobian")
         at = namespace.get("INITIAL_OFFSETS_JACOBIAN_AT")
         self._initial_jacobian_at = None if at is None else tuple(np.array(at).T)
+        self._initial_reads = _parameters_read(source, "initial_offsets")
 
     def __repr__(self):
         return (f"GeneratedModel(name={self.name!r}, states={len(self.state_names)}, "
@@ -143,17 +158,36 @@ class GeneratedModel(ODEModel):
         theta = torch.as_tensor(np.asarray(theta, dtype=np.float64))
         return self._offsets(theta).numpy()
 
+    def _remembered(self, kind, theta, compute):
+        """``compute(theta)`` kept for the last few ``theta``: a PEtab problem's experiments
+        ask for their condition's initial values at every evaluation, and dozens of them
+        share a few conditions (Bruno: 42 experiments, 6 conditions; a torch call each)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        memory = self.__dict__.setdefault("_memory", {})
+        # keyed by the parameters the initial values read: experiments of one condition
+        # differ in observable and noise parameters only
+        reads = self._initial_reads
+        key = (kind, (theta if reads is None else theta[reads]).tobytes())
+        value = memory.get(key)  # (one lookup: safe beside another thread's clear)
+        if value is None:
+            if len(memory) >= 64:
+                memory.clear()
+            value = memory[key] = compute(torch.as_tensor(theta))
+        return value.copy()
+
     def initial_offsets(self, theta):
         """The initial values that depend on the parameters (zero for the other states), or
         None when no initial value does."""
         if self._initial is None:
             return None
-        return self._initial(torch.as_tensor(np.asarray(theta, dtype=np.float64))).numpy()
+        return self._remembered("offsets", theta, lambda th: self._initial(th).numpy())
 
     def initial_offsets_jacobian(self, theta):
         """``d initial_offsets / d theta``: the derivatives sympy wrote at import
         (``initial_offsets_jacobian`` in the source), or autograd of ``initial_offsets``."""
-        theta = torch.as_tensor(np.asarray(theta, dtype=np.float64))
+        return self._remembered("jacobian", theta, self._offsets_jacobian)
+
+    def _offsets_jacobian(self, theta):
         if self._initial_jacobian is not None:
             jacobian = np.zeros((len(self.state_names), len(self.param_names)))
             jacobian[self._initial_jacobian_at] = self._initial_jacobian(theta).numpy()
