@@ -252,6 +252,32 @@ def test_conditions_placeholders_and_initial_values_per_experiment(small_problem
     np.testing.assert_allclose(D, autograd, rtol=1e-14, atol=0)
 
 
+def test_kept_initial_values_follow_every_parameter_they_read(small_problem):
+    # The model keeps initial values per the parameters their function reads (experiments of
+    # one condition differ in the others): a key that missed one would return stale values
+    from sklode.petab._model import _parameters_read
+
+    model = sk_petab.load(small_problem / "problem.yaml").model
+    assert model._initial_reads is not None  # the generated function reads theta[k] only
+    theta = sk_petab.load(small_problem / "problem.yaml").theta()
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        drawn = theta * rng.uniform(0.5, 2.0, theta.size)
+        fresh = torch.as_tensor(drawn)
+        np.testing.assert_array_equal(model.initial_offsets(drawn),
+                                      model._initial(fresh).numpy())
+        np.testing.assert_array_equal(model.initial_offsets_jacobian(drawn),
+                                      model._offsets_jacobian(fresh))
+    kept = model.initial_offsets(theta)
+    kept[:] = 99.0  # the caller's copy: the kept value is untouched
+    assert not np.any(model.initial_offsets(theta) == 99.0)
+    # any other use of theta than theta[k] (a helper called with it) keys on all of theta
+    assert _parameters_read("def initial_offsets(theta):\n    a = theta[3]\n"
+                            "    return f(a, theta)\n", "initial_offsets") is None
+    assert _parameters_read("def initial_offsets(theta):\n    a = theta[3]\n    b = theta[1]"
+                            "\n    return a + b\n", "initial_offsets").tolist() == [1, 3]
+
+
 def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):
     problem = sk_petab.load(small_problem / "problem.yaml")
     est = problem.estimator(n_starts=3, random_state=0, theta0=problem.nominal * 1.3)
