@@ -328,6 +328,7 @@ class LeastSquaresObjective(_Objective):
             self._pre_key = key
             self._pre = preequilibrated_start(self.model, self.preequilibration, x0, theta,
                                               with_sensitivities=with_sensitivities,
+                                              shared=self.__dict__.get("shared_steady_state"),
                                               **self.solver)
         start, D = self._pre
         return start, (D if with_sensitivities else None)
@@ -672,7 +673,8 @@ def _share_solves(parts):
     groups = {}
     for part in parts:
         if part.n_x0 or part.preequilibration is not None:
-            continue  # an estimated or steady-state start is the experiment's own
+            continue  # an estimated or steady-state start is the experiment's own (its
+            # steady state may be shared: _share_steady_states)
         key = (part.t0, repr(part.doses), part.x0_fixed.tobytes())
         groups.setdefault(key, []).append(part)
     for members in groups.values():
@@ -680,6 +682,32 @@ def _share_solves(parts):
             shared = _SharedSolve(members, np.flatnonzero(native.param_in_field))
             for part in members:
                 part.shared_solve = shared
+
+
+def _share_steady_states(parts):
+    """Give experiments pre-equilibrated from the same state one steady state (its solve
+    and sensitivities once per evaluation instead of once per experiment)."""
+    from ._steady_state import SharedSteadyState
+    from .models._compile import parameters_read
+
+    groups = {}
+    for part in parts:
+        if part.preequilibration is not None:
+            key = (part.preequilibration[2].tobytes(), repr(part.solver))
+            groups.setdefault(key, []).append(part)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        model = members[0].model
+        # the parameters the field reads, from its recorded program (kept on the model);
+        # where it cannot be recorded the state is shared while all the values agree
+        cache = model.__dict__.setdefault("_field_reads", {})
+        if "read" not in cache:
+            cache["read"] = parameters_read(model.rhs, model.n_states, model.n_params)
+        read = cache["read"]
+        shared = SharedSteadyState(None if read is None else np.flatnonzero(read))
+        for part in members:
+            part.shared_steady_state = shared
 
 
 class ExperimentsObjective(_Objective):
@@ -712,6 +740,7 @@ class ExperimentsObjective(_Objective):
         self.n_data = sum(p.n_data for p in self.parts)
         self.n_data_rows = sum(p.n_data_rows for p in self.parts)
         _share_solves(self.parts)
+        _share_steady_states(self.parts)
 
     @property
     def max_evaluations(self):

@@ -18,7 +18,7 @@ import numpy as np
 from ._sensitivity import forward_trajectory, sensitivities
 from .exceptions import IntegrationError
 
-__all__ = ["preequilibrated_start", "steady_state"]
+__all__ = ["SharedSteadyState", "preequilibrated_start", "steady_state"]
 
 #: Steady when every component moves less than this per unit of time (relative, absolute).
 RTOL_SS, ATOL_SS = 1e-10, 1e-12
@@ -77,8 +77,38 @@ def steady_state(model, theta, x0, *, integrator="LSODA", rtol=1e-8, atol=1e-10,
     return x, (S_theta if with_sensitivities else None)
 
 
+class SharedSteadyState:
+    """The last steady state (and its sensitivities) of a pre-equilibration that several
+    experiments share: a PEtab problem pre-equilibrates every experiment under one condition
+    (Weber: 9 experiments; Brannmark: 8), which AMICI computes once per evaluation.
+
+    Parameters
+    ----------
+    field_params : ndarray of int or None
+        The parameters the field reads (the others cannot move the steady state, and
+        experiments differ in their observable and noise parameters); None: all.
+    """
+
+    def __init__(self, field_params=None):
+        self.field_params = field_params
+        self.key, self.value = None, None
+
+    def get(self, model, theta, x0, with_sensitivities, options):
+        """:func:`steady_state` of ``(model, theta, x0)``, kept while the parameters the field
+        reads and ``x0`` are unchanged. Its ``S`` has zero columns for the others, so it is
+        the same for every experiment that shares the state."""
+        read = theta if self.field_params is None else theta[self.field_params]
+        key = (read.tobytes(), np.asarray(x0, dtype=np.float64).tobytes())
+        if key != self.key or (with_sensitivities and self.value[1] is None):
+            self.key = None  # a failed solve keeps nothing
+            self.value = steady_state(model, theta, x0, with_sensitivities=with_sensitivities,
+                                      **options)
+            self.key = key
+        return self.value
+
+
 def preequilibrated_start(model, preequilibration, x0, theta, *, with_sensitivities=False,
-                          **options):
+                          shared=None, **options):
     """An experiment's start after its pre-equilibration, and its derivative.
 
     Parameters
@@ -93,6 +123,8 @@ def preequilibrated_start(model, preequilibration, x0, theta, *, with_sensitivit
         The shared parameters.
     with_sensitivities : bool, default=False
         Also return ``D``.
+    shared : SharedSteadyState, optional
+        The steady state this experiment shares with others (computed once for all).
     **options
         ``integrator``, ``rtol``, ``atol``.
 
@@ -103,7 +135,10 @@ def preequilibrated_start(model, preequilibration, x0, theta, *, with_sensitivit
         ``d start / d theta`` (None unless asked).
     """
     A, c, x0_pre, reset = preequilibration
-    x_ss, S = steady_state(model, A @ theta + c, x0_pre,
-                           with_sensitivities=with_sensitivities, **options)
+    if shared is not None:
+        x_ss, S = shared.get(model, A @ theta + c, x0_pre, with_sensitivities, options)
+    else:
+        x_ss, S = steady_state(model, A @ theta + c, x0_pre,
+                               with_sensitivities=with_sensitivities, **options)
     D = None if S is None else (S @ A) * (~reset)[:, None]
     return np.where(reset, x0, x_ss), D

@@ -73,3 +73,56 @@ def test_a_bad_preequilibration_is_refused():
         AdjointODE(Inflow(), estimate_x0=False).fit(
             [Experiment([1.0, 2.0], [[1.0], [1.2]], x0=[0.0], t0=0.0,
                         preequilibration={"start": [0.0]})])
+
+
+class InflowWithUnread(ODEModel):
+    """Inflow with a parameter the field does not read (an observable's scale, in PEtab)."""
+
+    state_names = ("x",)
+    param_names = ("u", "k", "unread")
+
+    def rhs(self, t, x, theta):
+        return theta[0] - theta[1] * x
+
+
+@pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
+def test_experiments_share_their_pre_equilibration(integrator, monkeypatch):
+    # Three experiments rested at u = 1 and then stimulated at u = 2, 3, 1.5, each with its
+    # own value of a parameter the field does not read: the fit's residual and Jacobian are
+    # those of the experiments posed one by one, bit for bit, with one steady state per
+    # evaluation.
+    import sklode._steady_state as steady
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+
+    model = InflowWithUnread()
+    experiments = []
+    for level, unread in ((2.0, 0.1), (3.0, 0.2), (1.5, 0.3)):
+        base = _data()
+        experiments.append(Experiment(
+            base.t, base.Y, x0=[0.0], t0=0.0, conditions={"u": level, "unread": unread},
+            preequilibration={"x0": [0.0], "conditions": {"u": 1.0, "unread": unread}}))
+
+    def posed(chosen):
+        data = check_experiments(chosen, None, model=model, estimate_x0=False,
+                                 warn_initial_time=False)
+        return objective_for_experiments(model, data, theta0=np.array([1.0, 0.6, 0.0]),
+                                         fitted=np.array([False, True, False]),
+                                         integrator=integrator)
+
+    calls = []
+    original = steady.steady_state
+    monkeypatch.setattr(steady, "steady_state",
+                        lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    objective, u0 = posed(experiments)
+    u = u0 * 1.1
+    r, J = objective.residual(u), objective.jacobian(u)
+    shared_calls = len(calls)
+    alone = [posed([e]) for e in experiments]
+    n = experiments[0].Y.size
+    for k, (part, v0) in enumerate(alone):
+        np.testing.assert_array_equal(r[k * n:(k + 1) * n], part.residual(v0 * 1.1))
+        np.testing.assert_array_equal(J[k * n:(k + 1) * n], part.jacobian(v0 * 1.1))
+    # the residual's steady state, then again with its sensitivities: once for all three
+    # (the field's parameters come from its recorded program, whatever the integrator)
+    assert shared_calls == 2
