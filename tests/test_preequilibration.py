@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from sklode import AdjointODE, Experiment, ODEModel
 from sklode._steady_state import steady_state
@@ -111,9 +112,10 @@ def test_experiments_share_their_pre_equilibration(integrator, monkeypatch):
                                          integrator=integrator)
 
     calls = []
-    original = steady.steady_state
-    monkeypatch.setattr(steady, "steady_state",
-                        lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    for name in ("steady_state", "steady_state_sensitivities"):
+        original = getattr(steady, name)
+        monkeypatch.setattr(steady, name, lambda *args, _f=original, **kwargs:
+                            calls.append(1) or _f(*args, **kwargs))
     objective, u0 = posed(experiments)
     u = u0 * 1.1
     r, J = objective.residual(u), objective.jacobian(u)
@@ -123,6 +125,59 @@ def test_experiments_share_their_pre_equilibration(integrator, monkeypatch):
     for k, (part, v0) in enumerate(alone):
         np.testing.assert_array_equal(r[k * n:(k + 1) * n], part.residual(v0 * 1.1))
         np.testing.assert_array_equal(J[k * n:(k + 1) * n], part.jacobian(v0 * 1.1))
-    # the residual's steady state, then again with its sensitivities: once for all three
+    # the residual's steady state, then its sensitivities: once for all three
     # (the field's parameters come from its recorded program, whatever the integrator)
     assert shared_calls == 2
+
+
+def test_a_start_already_at_rest_still_has_its_steady_states_derivative():
+    # From x0 = u / k nothing moves, so forward sensitivities along the (empty) integration
+    # are zero; the steady state still moves with u and k: dx/du = 1/k, dx/dk = -u/k^2.
+    # The implicit function theorem gives them exactly (to round-off of a 1x1 solve).
+    x, S = steady_state(Inflow(), np.array([1.0, 0.5]), np.array([2.0]),
+                        with_sensitivities=True)
+    np.testing.assert_allclose(S, [[2.0, -4.0]], rtol=1e-12)
+
+
+class Isomerisation(ODEModel):
+    """A <-> B: A + B is conserved, so df/dx is singular at every state."""
+
+    state_names = ("A", "B")
+    param_names = ("k1", "k2")
+
+    def rhs(self, t, x, theta):
+        flux = theta[0] * x[..., 0] - theta[1] * x[..., 1]
+        return torch.stack([-flux, flux], dim=-1)
+
+
+def test_steady_state_sensitivities_hold_the_conserved_total():
+    # At rest A = T k2 / (k1 + k2), B = T k1 / (k1 + k2) with T = A0 + B0 = 3: the
+    # derivatives in closed form, exact to the steady state's own tolerance (1e-10 of x)
+    k1, k2, total = 0.7, 0.4, 3.0
+    x, S = steady_state(Isomerisation(), np.array([k1, k2]), np.array([1.0, 2.0]),
+                        with_sensitivities=True)
+    s = k1 + k2
+    np.testing.assert_allclose(x, [total * k2 / s, total * k1 / s], rtol=1e-9)
+    dA = np.array([-total * k2 / s**2, total * k1 / s**2])
+    np.testing.assert_allclose(S, np.vstack([dA, -dA]), rtol=1e-8)
+
+
+class CubicRest(ODEModel):
+    """x' = -(x - c)^3: at rest x = c, where df/dx = 0 and df/dc = 0 (not a conservation)."""
+
+    state_names = ("x",)
+    param_names = ("c",)
+
+    def rhs(self, t, x, theta):
+        return -((x - theta[0]) ** 3)
+
+
+def test_a_singular_jacobian_that_is_no_conservation_law_falls_back():
+    # J = 0 and f_theta = 0 at the rest point look like a conserved x; at a second state
+    # they do not vanish, so the implicit path declines (the integrated one is used)
+    from sklode._steady_state import _implicit_sensitivities
+
+    assert _implicit_sensitivities(CubicRest(), np.array([1.0]), np.array([1.0])) is None
+    S = _implicit_sensitivities(Isomerisation(), np.array([0.7, 0.4]),
+                                np.array([3 * 0.4 / 1.1, 3 * 0.7 / 1.1]))
+    assert S is not None
