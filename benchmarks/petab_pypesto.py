@@ -77,6 +77,11 @@ def one(name, starts):
     by_start = sorted(result.optimize_result.list, key=lambda r: int(r.id))
     fvals = [float(r.fval) for r in by_start]
     return {"fvals": fvals, "best": float(np.nanmin(fvals)), "cpu_s": cpu,
+            # Fides evaluates value, gradient and Fisher information together: one per
+            # iteration, so these count its iterations (with the rejected trial points)
+            "n_evaluations": [int(r.n_fval) for r in by_start],
+            "exitflags": [int(r.exitflag) if r.exitflag is not None else None
+                          for r in by_start],
             "within_0.1": int(np.sum(np.array(fvals) <= np.nanmin(fvals) + 0.1)),
             "pypesto": pypesto.__version__}
 

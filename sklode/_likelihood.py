@@ -686,6 +686,7 @@ class Observation:
         Returns
         -------
         float
+            The constant, summed over the observed entries.
         """
         total = 0.0
         offset = self._offset.numpy()

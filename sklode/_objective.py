@@ -468,6 +468,7 @@ class LeastSquaresObjective(_Objective):
         Returns
         -------
         float
+            The constant (the cost's units: half a sum of squares).
         """
         if self.observation is not None:
             return self.observation.cost_offset()
@@ -862,6 +863,7 @@ class ExperimentsObjective(_Objective):
         Returns
         -------
         float
+            The experiments' constants summed.
         """
         return sum(p.cost_offset() for p in self.parts)
 
