@@ -8,6 +8,7 @@
  * and the forward sensitivities s_j' = J_x s_j + df/dtheta_j with the simultaneous corrector,
  * their errors controlled like the state's: the same method AMICI uses by default.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <cvodes/cvodes.h>
@@ -359,6 +360,7 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
     UserData u;
     int flag = 0, k = 0;
     long steps_before = 0;  /* steps before the last restart at a switch */
+    int rescues = 0;  /* restarts past a switch the steps could not cross */
     sunrealtype t = t0;
 
     memset(&u, 0, sizeof(u));
@@ -419,6 +421,36 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
     for (k = 0; k < n_times; k++) {
         while (times[k] > t) {
             flag = CVode(mem, times[k], y, &t, CV_NORMAL);
+#if NROOTS > 0
+            if ((flag == CV_TOO_MUCH_WORK || flag == CV_ERR_FAILURE || flag == CV_CONV_FAILURE)
+                    && !u.failure && rescues < 10) {
+                /* Stuck just before a switch of the field: its condition is read from t and
+                 * x, so a step across it meets the jump, and the steps shrink to rounding
+                 * size without reaching the crossing the root search needs (Weber et al.
+                 * 2015 with sensitivities: h = 1.2e-15 at t = 24 - 7e-15 until the step
+                 * budget ran out). Restart just past it: the state moves by f * 2e-13 |t|,
+                 * far below any tolerance, and the field has switched there. */
+                sunrealtype h_last = 0.0, g[NROOTS];
+                sunrealtype nudge = 1e3 * DBL_EPSILON * fmax(1.0, fabs(t));
+                int near = 0;
+                CVodeGetLastStep(mem, &h_last);
+                roots(t, y, g, &u);
+                for (int i = 0; i < NROOTS; i++)
+                    near |= fabs(g[i]) <= nudge;
+                if (near && fabs(h_last) <= nudge && t < times[k]) {
+                    long n_steps = 0;
+                    CVodeGetNumSteps(mem, &n_steps);
+                    steps_before += n_steps;
+                    rescues++;
+                    if (n_sens > 0 && (flag = CVodeGetSens(mem, &t, yS)) < 0) break;
+                    t = t + nudge < times[k] ? t + nudge : times[k];
+                    if ((flag = CVodeReInit(mem, t, y))) break;
+                    if ((flag = CVodeSetStopTime(mem, times[n_times - 1]))) break;
+                    if (n_sens > 0 && (flag = CVodeSensReInit(mem, CV_SIMULTANEOUS, yS))) break;
+                    continue;
+                }
+            }
+#endif
             if (flag < 0) break;
             if (n_sens > 0) {
                 int sens_flag = CVodeGetSens(mem, &t, yS);
