@@ -472,8 +472,8 @@ class LeastSquaresObjective(_Objective):
         """
         if self.observation is not None:
             return self.observation.cost_offset()
-        sigma = self.sigma if self.sigma is not None else np.ones_like(self.Y)
-        return -float(np.sum((np.log(sigma) + 0.5 * np.log(2.0 * np.pi))[self.mask]))
+        # without the observation layer the noise levels are known (sigma is never None)
+        return -float(np.sum((np.log(self.sigma) + 0.5 * np.log(2.0 * np.pi))[self.mask]))
 
     def safe_residual(self, u):
         """Residual, or NaNs where the ODE blows up (trust-region methods then shrink).

@@ -39,7 +39,7 @@ _CONSERVED_RTOL = 1e-8
 
 
 def _settle(model, theta, x0, integrator, rtol, atol, max_time, with_sensitivities):
-    """``(x, S, t)``: the windows' integration to rest, and (when asked) the forward
+    """``(x, S)``: the windows' integration to rest, and (when asked) the forward
     sensitivities along it chained across the windows."""
     x = np.asarray(x0, dtype=np.float64).copy()
     n, p = x.size, model.n_params
@@ -62,7 +62,7 @@ def _settle(model, theta, x0, integrator, rtol, atol, max_time, with_sensitiviti
             S = sensitivities(model, theta, traj, with_x0=True)[-1]  # (n, n + p)
             S_x, S_theta = S[:, :n] @ S_x, S[:, :n] @ S_theta + S[:, n:]
         x, t, window = traj.states[-1].copy(), end, window * 10.0
-    return x, (S_theta if with_sensitivities else None), t
+    return x, (S_theta if with_sensitivities else None)
 
 
 def _implicit_sensitivities(model, theta, x, t=0.0):
@@ -125,7 +125,7 @@ def steady_state(model, theta, x0, *, integrator="LSODA", rtol=1e-8, atol=1e-10,
     """
     theta = np.asarray(theta, dtype=np.float64)
     options = {"integrator": integrator, "rtol": rtol, "atol": atol, "max_time": max_time}
-    x, _, _ = _settle(model, theta, x0, with_sensitivities=False, **options)
+    x, _ = _settle(model, theta, x0, with_sensitivities=False, **options)
     if not with_sensitivities:
         return x, None
     return x, steady_state_sensitivities(model, theta, x0, x, **options)
@@ -154,8 +154,8 @@ def steady_state_sensitivities(model, theta, x0, x_ss, *, integrator="LSODA", rt
     theta = np.asarray(theta, dtype=np.float64)
     S = _implicit_sensitivities(model, theta, np.asarray(x_ss, dtype=np.float64))
     if S is None:
-        _, S, _ = _settle(model, theta, x0, integrator, rtol, atol, max_time,
-                          with_sensitivities=True)
+        _, S = _settle(model, theta, x0, integrator, rtol, atol, max_time,
+                       with_sensitivities=True)
     return S
 
 

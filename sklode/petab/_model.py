@@ -8,7 +8,6 @@ and loads anywhere sklode does. Its constants are the names and the generated so
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import torch
@@ -29,19 +28,6 @@ def _stack(values, shape):
 
 
 _F64 = torch.zeros((), dtype=torch.float64)
-
-
-def _parameters_read(source, name):
-    """The indices ``k`` of ``theta[k]`` in the generated function ``name``, or None when it
-    is absent or uses ``theta`` in any other way (then every parameter may matter)."""
-    match = re.search(rf"^def {name}\(theta\):\n((?:[ \t]+.*\n?)*)", source, re.MULTILINE)
-    if match is None:
-        return None
-    body = match.group(1)
-    indices = re.findall(r"\btheta\[(\d+)\]", body)
-    if len(indices) != len(re.findall(r"\btheta\b", body)):
-        return None
-    return np.unique(np.array(indices, dtype=int))
 
 
 def _as_tensor(v, like):
@@ -122,7 +108,6 @@ class GeneratedModel(ODEModel):
         self._initial_jacobian = namespace.get("initial_offsets_jacobian")
         at = namespace.get("INITIAL_OFFSETS_JACOBIAN_AT")
         self._initial_jacobian_at = None if at is None else tuple(np.array(at).T)
-        self._initial_reads = _parameters_read(source, "initial_offsets")
 
     def __repr__(self):
         return (f"GeneratedModel(name={self.name!r}, states={len(self.state_names)}, "
@@ -166,7 +151,7 @@ class GeneratedModel(ODEModel):
         memory = self.__dict__.setdefault("_memory", {})
         # keyed by the parameters the initial values read: experiments of one condition
         # differ in observable and noise parameters only
-        reads = self._initial_reads
+        reads = self._initial_reads()
         key = (kind, (theta if reads is None else theta[reads]).tobytes())
         value = memory.get(key)  # (one lookup: safe beside another thread's clear)
         if value is None:
@@ -174,6 +159,17 @@ class GeneratedModel(ODEModel):
                 memory.clear()
             value = memory[key] = compute(torch.as_tensor(theta))
         return value.copy()
+
+    def _initial_reads(self):
+        """The parameters the initial values read, from their recorded program (found on
+        first use and kept), or None where it cannot be recorded (then all)."""
+        if "_initial_read" not in self.__dict__:
+            from ..models._compile import parameters_read
+
+            read = parameters_read(lambda t, x, theta: self._initial(theta),
+                                   len(self.state_names), len(self.param_names))
+            self._initial_read = None if read is None else np.flatnonzero(read)
+        return self._initial_read
 
     def initial_offsets(self, theta):
         """The initial values that depend on the parameters (zero for the other states), or
