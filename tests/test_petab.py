@@ -518,6 +518,47 @@ WEBER_STUCK_THETA = [
     0.8994416045102215]
 
 
+# the first start of Weber's 20-start fit (condition model1_data2: PdBu dosed at t = 24)
+WEBER_START_X0 = [4060850.2549511753, 1079.0687434704066, 943.608562040734,
+                  7.950836421042142e-08, 4546490.737100834, 1.5546106633460227e-15,
+                  1.089330650747703e-09]
+WEBER_START_THETA = [
+    0.19628224813442796, 1.9549524484259866, 0.413599739383989, 0.18590843630169646,
+    0.03482802087028329, 0.7505241622349538, 0.042220489831498294, 1362021635.2659419,
+    5120378720.005677, 116824.02109066339, 215675247.28780556, 1.9451325325217144,
+    4.791214461655312, 18028.78181559542, 5.1328737458547164e-05, 7.435205853060198e-05,
+    1.5928833561691826e-05, 2119.329364088518, 604.7383484167909, 1.0, 6762532.016190318,
+    64204442.62339324, 1557496.4948467372, 1423.3583723829372, 799182.345461149,
+    390.27625535532945, 158345.27427829758, 0.0, 1.0, 1.0, 24.0, 0.0, 0.0, 1.0, 1.0,
+    360.87046265775246, 0.14955005393691542, 0.02076325893112077, 0.0013075096319371533,
+    1.0, 244727220.419, 0.011889379831773003, 887676.131, 12.500712230836248,
+    0.6677306766018308, 1.8781738757161903, 1.0, 0.00014022527463902732, 360.87046265775246,
+    0.14955005393691542, 0.02076325893112077, 0.0013075096319371533, 1910527.835,
+    887676.131, 244727220.419, 12.500712230836248, 0.6677306766018308, 1.8781738757161903,
+    0.011889379831773003, 2.954894558726683]
+
+
+def test_weber_dose_at_24_is_crossed_in_few_steps_and_given_from_a_start_at_24():
+    problem = sk_petab.load(_collection_problem("Weber_BMC2015"))
+    native = problem.model.native_solver()
+    if native is None:
+        pytest.skip("no C compiler or SUNDIALS here")
+    x0, theta = np.array(WEBER_START_X0), np.array(WEBER_START_THETA)
+    times = np.array([0.0, 3.0, 6.0, 24.0, 24.08, 24.5, 30.0])
+    out, _, info = native(0.0, x0, theta, times, rtol=1e-8, atol=1e-10, max_steps=200_000)
+    # measured 604 steps (AMICI: 604); 10^7 steps (17 CPU s, 427 s with sensitivities)
+    # when the field read the dose's switch from t and its steps collapsed at 24 - 5e-13
+    assert info["flag"] == 0 and info["n_steps"] <= 2_000
+    # the same trajectory from t0 = 24, where the switching function 24 - t is exactly zero:
+    # at rtol 1e-12 CVODES reported that zero as a rise and the dose went ungiven
+    after = times[times >= 24.0]
+    for rtol in (1e-8, 1e-12):
+        again, _, _ = native(24.0, out[3], theta, after, rtol=rtol, atol=1e-10 * rtol / 1e-8)
+        # two solves at rtol 1e-8 from the same x(24): their global errors, measured
+        # 7e-8 relative on the large states (1e-4 on the 1e-8-sized ones, near atol)
+        np.testing.assert_allclose(again, out[3:], rtol=1e-6, atol=1e-8)
+
+
 def test_the_compiled_solve_restarts_past_a_switch_its_steps_cannot_cross():
     problem = sk_petab.load(_collection_problem("Weber_BMC2015"))
     native = problem.model.native_solver()
@@ -530,6 +571,11 @@ def test_the_compiled_solve_restarts_past_a_switch_its_steps_cannot_cross():
                            sens_x0=False, sens_params=params, rtol=1e-10, atol=1e-12,
                            max_steps=20_000)
     assert info["flag"] == 0 and info["t_reached"] == 30.0
+    # the field reads the switch held by the solve, not t: the steps that locate t = 24
+    # integrate one smooth field (measured 1,810 steps; 21,405 with the field reading t,
+    # which only crossed through the restart below rounding size, and 10^7 at another
+    # start of Weber's fit before that restart existed)
+    assert info["n_steps"] <= 5_000
     for j in params:
         step = 1e-6 * abs(theta[j])
         up, down = theta.copy(), theta.copy()

@@ -33,6 +33,7 @@ typedef struct {
     double jx[NNZ_X > 0 ? NNZ_X : 1];
     double jp[NNZ_P > 0 ? NNZ_P : 1];
     double column[NP > 0 ? NP : 1][NX]; /* df/dtheta_k as dense columns, for the sens rhs */
+    double sw[NROOTS > 0 ? NROOTS : 1]; /* the switches' values (model_switches) */
 } UserData;
 
 static int rhs(sunrealtype t, N_Vector y, N_Vector ydot, void *user_data) {
@@ -44,7 +45,7 @@ static int rhs(sunrealtype t, N_Vector y, N_Vector ydot, void *user_data) {
     u->n_rhs++;
     for (int i = 0; i < NX; i++) norm2 += x[i] * x[i];
     if (norm2 > u->blowup * u->blowup) { u->failure = BLOWUP; return -1; }
-    model_f(t, x, u->p, dx);
+    model_f(t, x, u->p, u->sw, dx);
     for (int i = 0; i < NX; i++) {
         if (!isfinite(dx[i])) { u->failure = NONFINITE; return 1; }  /* recoverable */
     }
@@ -56,7 +57,7 @@ static int jac(sunrealtype t, N_Vector y, N_Vector fy, SUNMatrix J, void *user_d
                N_Vector tmp1, N_Vector tmp2, N_Vector tmp3) {
     UserData *u = (UserData *)user_data;
     (void)fy; (void)tmp1; (void)tmp2; (void)tmp3;
-    model_jx(t, N_VGetArrayPointer(y), u->p, u->jx);
+    model_jx(t, N_VGetArrayPointer(y), u->p, u->sw, u->jx);
     SUNMatZero(J);
     for (int k = 0; k < NNZ_X; k++) SM_ELEMENT_D(J, JX_ROW[k], JX_COL[k]) = u->jx[k];
     return 0;
@@ -67,8 +68,8 @@ static int sens_rhs(int n_sens, sunrealtype t, N_Vector y, N_Vector ydot, N_Vect
     UserData *u = (UserData *)user_data;
     const double *x = N_VGetArrayPointer(y);
     (void)ydot; (void)tmp1; (void)tmp2;
-    model_jx(t, x, u->p, u->jx);
-    model_jp(t, x, u->p, u->jp);
+    model_jx(t, x, u->p, u->sw, u->jx);
+    model_jp(t, x, u->p, u->sw, u->jp);
     for (int k = 0; k < NNZ_P; k++) u->column[JP_COL[k]][JP_ROW[k]] = u->jp[k];
     for (int j = 0; j < n_sens; j++) {
         const double *s = N_VGetArrayPointer(yS[j]);
@@ -81,9 +82,36 @@ static int sens_rhs(int n_sens, sunrealtype t, N_Vector y, N_Vector ydot, N_Vect
     return 0;
 }
 
+#if NROOTS > 0
+/* The switches' values just past (t, x) in the direction of the solve: from the sign of each
+ * switching function g there, or, where g is exactly zero (a dose at the start time, a root
+ * CVODES returns on its zero), from its sign a few rounding errors later along the field.
+ * CVODES's own direction (rootsfound) is not used alone: for a g that is zero where a solve
+ * starts it reports the wrong one (Weber et al. 2015, a dose at t0 = 24 read as undone at
+ * rtol 1e-12). Where g stays zero, `fallback` (+1/-1) or, if 0, the comparison at (t, x).
+ * Only the switches with which[i] != 0 change (NULL: all). */
+static void settle_switches(double t, const double *x, const double *p, double *sw,
+                            const int *which, const int *fallback) {
+    double g[NROOTS], g_later[NROOTS], dx[NX], x_later[NX], direct[NROOTS];
+    double dt = 1e3 * DBL_EPSILON * fmax(1.0, fabs(t));
+    model_roots(t, x, p, g);
+    model_f(t, x, p, sw, dx);
+    for (int i = 0; i < NX; i++) x_later[i] = x[i] + dt * dx[i];
+    model_roots(t + dt, x_later, p, g_later);
+    model_switches(t, x, p, direct);
+    for (int i = 0; i < NROOTS; i++) {
+        double side = g[i] != 0.0 ? g[i] : g_later[i];
+        if (which && !which[i]) continue;
+        if (side == 0.0 && fallback) side = fallback[i];
+        sw[i] = side > 0.0 ? SWITCH_ABOVE[i] : side < 0.0 ? SWITCH_BELOW[i] : direct[i];
+    }
+}
+#endif
+
 /* Where a comparison in the field between values that change along the solution (a dose
- * switched on at a time, a threshold of a state) changes sign, CVODES stops and the solve
- * restarts from there, so that no step straddles the jump of the field. */
+ * switched on at a time, a threshold of a state) changes sign, CVODES stops, the switch
+ * takes its new value and the solve restarts from there. The field reads the switches from
+ * u->sw, not from t and x, so the steps that find the root integrate one smooth field. */
 static int roots(sunrealtype t, N_Vector y, sunrealtype *g, void *user_data) {
     UserData *u = (UserData *)user_data;
     model_roots(t, N_VGetArrayPointer(y), u->p, g);
@@ -378,6 +406,10 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
     y = N_VNew_Serial(NX, ctx);
     fast_vector(y);
     memcpy(N_VGetArrayPointer(y), x0, sizeof(double) * NX);
+#if NROOTS > 0
+    model_switches(t0, x0, p, u.sw);  /* so that the field read below has values */
+    settle_switches(t0, x0, p, u.sw, NULL, NULL);
+#endif
     mem = CVodeCreate(CV_BDF, ctx);
     if ((flag = CVodeInit(mem, rhs, t0, y))) goto done;
 #if SUNDIALS_VERSION_MAJOR < 7
@@ -424,12 +456,12 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
 #if NROOTS > 0
             if ((flag == CV_TOO_MUCH_WORK || flag == CV_ERR_FAILURE || flag == CV_CONV_FAILURE)
                     && !u.failure && rescues < 10) {
-                /* Stuck just before a switch of the field: its condition is read from t and
-                 * x, so a step across it meets the jump, and the steps shrink to rounding
-                 * size without reaching the crossing the root search needs (Weber et al.
-                 * 2015 with sensitivities: h = 1.2e-15 at t = 24 - 7e-15 until the step
-                 * budget ran out). Restart just past it: the state moves by f * 2e-13 |t|,
-                 * far below any tolerance, and the field has switched there. */
+                /* Stuck just before a switch of the field, with steps of rounding size
+                 * that do not reach the crossing the root search needs. When the field read
+                 * its switches from t this was Weber et al. 2015's t = 24 (h = 1.2e-15 at
+                 * 24 - 7e-15 until the step budget ran out); with held switches it is kept
+                 * for a switching function that only touches zero. Restart just past it:
+                 * the state moves by f * 2e-13 |t|, far below any tolerance. */
                 sunrealtype h_last = 0.0, g[NROOTS];
                 sunrealtype nudge = 1e3 * DBL_EPSILON * fmax(1.0, fabs(t));
                 int near = 0;
@@ -444,6 +476,7 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
                     rescues++;
                     if (n_sens > 0 && (flag = CVodeGetSens(mem, &t, yS)) < 0) break;
                     t = t + nudge < times[k] ? t + nudge : times[k];
+                    settle_switches(t, N_VGetArrayPointer(y), p, u.sw, NULL, NULL);
                     if ((flag = CVodeReInit(mem, t, y))) break;
                     if ((flag = CVodeSetStopTime(mem, times[n_times - 1]))) break;
                     if (n_sens > 0 && (flag = CVodeSensReInit(mem, CV_SIMULTANEOUS, yS))) break;
@@ -458,6 +491,13 @@ int sklode_solve(double t0, const double *x0, const double *p, int n_times,
             }
             if (flag == CV_ROOT_RETURN) {  /* a switch: restart the method from here */
                 long n_steps = 0;
+#if NROOTS > 0
+                /* the values past the roots found (a root found again right after the
+                 * restart sets the same value) */
+                int found[NROOTS];
+                if ((flag = CVodeGetRootInfo(mem, found))) break;
+                settle_switches(t, N_VGetArrayPointer(y), p, u.sw, found, found);
+#endif
                 CVodeGetNumSteps(mem, &n_steps);  /* ReInit resets the count */
                 steps_before += n_steps;
                 if ((flag = CVodeReInit(mem, t, y))) break;
@@ -496,9 +536,9 @@ done:
 void sklode_evaluate(double t, const double *x, const double *p, double *dx, double *jx,
                      double *jp) {
     double values_x[NNZ_X > 0 ? NNZ_X : 1], values_p[NNZ_P > 0 ? NNZ_P : 1];
-    model_f(t, x, p, dx);
-    model_jx(t, x, p, values_x);
-    model_jp(t, x, p, values_p);
+    model_f(t, x, p, NULL, dx);
+    model_jx(t, x, p, NULL, values_x);
+    model_jp(t, x, p, NULL, values_p);
     memset(jx, 0, sizeof(double) * NX * NX);
     memset(jp, 0, sizeof(double) * NX * (NP > 0 ? NP : 1));
     for (int k = 0; k < NNZ_X; k++) jx[JX_ROW[k] * NX + JX_COL[k]] = values_x[k];

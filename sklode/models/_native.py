@@ -63,6 +63,9 @@ _C_UNARY = {
     "sign": ("SIGN({a})", None), "floor": ("floor({a})", None), "ceil": ("ceil({a})", None),
 }
 _COMPARISONS = (">", "<", ">=", "<=", "==", "!=")
+# a comparison's value just past a root of a - b, where a - b has become > 0 or < 0
+_SWITCH_SIDES = {">": (1, 0), ">=": (1, 0), "<": (0, 1), "<=": (0, 1), "==": (0, 0),
+                 "!=": (1, 1)}
 
 
 class _CannotWrite(Exception):
@@ -311,14 +314,27 @@ class _Program:
             raise _CannotWrite(f"{op} with {sorted(kwargs)}")
         scale = "" if alpha is None else f"{_literal(float(alpha))} * "
         if symbol in _COMPARISONS:
-            start = len(self.value_lines)
-            names = self._elementwise(result, [left, right],
-                                      lambda a, b: f"(({a} {symbol} {b}) ? 1.0 : 0.0)",
-                                      lambda e, r: [None, None])
-            if self._varies(left) or self._varies(right):
-                a, b = np.broadcast_arrays(self.ref(left), self.ref(right))
-                for k, index in enumerate(np.ndindex(names.shape)):
-                    self.roots.append((start + k + 1, f"{a[index]} - {scale}{b[index]}"))
+            if not (self._varies(left) or self._varies(right)):
+                self._elementwise(result, [left, right],
+                                  lambda a, b: f"(({a} {symbol} {b}) ? 1.0 : 0.0)",
+                                  lambda e, r: [None, None])
+                return
+            # A switch along the solution: the solve reads it from sw[], which it sets at
+            # the start and changes only where CVODES finds the root of a - b (AMICI's
+            # Heaviside variables). Read from t and x inside the steps, the jump made every
+            # step across it fail until the steps were shorter than t's last digit.
+            # Without sw (the checks, the root functions) it is the comparison itself.
+            first = len(self.roots)
+            counter = iter(range(first, first + int(np.prod(result.shape, dtype=int))))
+            names = self._elementwise(
+                result, [left, right],
+                lambda a, b: f"(sw ? sw[{next(counter)}] : (({a} {symbol} {b}) ? 1.0 : 0.0))",
+                lambda e, r: [None, None])
+            a, b = np.broadcast_arrays(self.ref(left), self.ref(right))
+            above, below = _SWITCH_SIDES[symbol]
+            for index in np.ndindex(names.shape):
+                self.roots.append((names[index], f"{a[index]} - {scale}{b[index]}", above,
+                                   below))
             return
         if symbol == "**":
             value_of = lambda a, b: f"pow({a}, {b})"  # noqa: E731
@@ -341,11 +357,12 @@ class _Program:
 
     # ------------------------------------------------------------------ the C source
     def source(self, n_states, n_params):
-        lines = ["#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
+        lines = ["#include <stddef.h>", "#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
                  f"#define NX {n_states}", f"#define NP {n_params}"]
         body = "\n".join(f"    {line}" for line in self.value_lines)
         lines.append("static void model_f(double t, const double *x, const double *p, "
-                     "double *dx) {\n    (void)t; (void)x; (void)p;\n" + body + "\n" +
+                     "const double *sw, double *dx) {\n    (void)t; (void)x; (void)p; "
+                     "(void)sw;\n" + body + "\n" +
                      "\n".join(f"    dx[{i}] = {o};" for i, o in enumerate(self.output)) +
                      "\n}")
         for seed, name in (("x", "jx"), ("p", "jp")):
@@ -363,17 +380,25 @@ class _Program:
             tangents = "\n".join(f"    {line}" for line in self.tangent_lines[seed])
             lines.append(
                 f"static void model_{name}(double t, const double *x, const double *p, "
-                f"double *{name}) {{\n    (void)t; (void)x; (void)p; (void){name};\n{body}\n"
+                f"const double *sw, double *{name}) {{\n    (void)t; (void)x; (void)p; "
+                f"(void)sw; (void){name};\n{body}\n"
                 f"{tangents}\n" + "\n".join(f"    {name}[{k}] = {e};"
                                             for k, e in enumerate(values)) + "\n}")
-        # the switching functions, each after the value lines it needs
+        # the switching functions and the switches' values, each after the value lines it
+        # needs (there read from t and x: sw is NULL)
         lines.append(f"#define NROOTS {len(self.roots)}")
-        needed = max((k for k, _ in self.roots), default=0)
+        needed = max((int(name[1:]) + 1 for name, *_ in self.roots), default=0)
         root_body = "\n".join(f"    {line}" for line in self.value_lines[:needed])
-        lines.append("static void model_roots(double t, const double *x, const double *p, "
-                     "double *g) {\n    (void)t; (void)x; (void)p; (void)g;\n" + root_body +
-                     "\n" + "\n".join(f"    g[{i}] = {e};" for i, (_, e) in
-                                       enumerate(self.roots)) + "\n}")
+        for label, column in (("ABOVE", 2), ("BELOW", 3)):
+            listed = ", ".join(f"{r[column]:.1f}" for r in self.roots) or "0.0"
+            lines.append(f"static const double SWITCH_{label}[] = {{{listed}}};")
+        for function, target, k in (("model_roots", "g", 1), ("model_switches", "value", 0)):
+            lines.append(
+                f"static void {function}(double t, const double *x, const double *p, "
+                f"double *{target}) {{\n    const double *sw = NULL;\n"
+                f"    (void)t; (void)x; (void)p; (void)sw; (void){target};\n{root_body}\n" +
+                "\n".join(f"    {target}[{i}] = {r[k]};" for i, r in enumerate(self.roots)) +
+                "\n}")
         return "\n".join(lines) + "\n"
 
 
