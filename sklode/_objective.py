@@ -671,16 +671,30 @@ def _share_solves(parts):
     native = first.model.native_solver()
     if native is None:
         return
+    field_params = np.flatnonzero(native.param_in_field)
+
+    def field_rows(theta_map):  # how the conditions set the parameters the field reads
+        if theta_map is None:
+            return None
+        return theta_map[0][field_params].tobytes() + theta_map[1][field_params].tobytes()
+
     groups = {}
     for part in parts:
-        if part.n_x0 or part.preequilibration is not None:
-            continue  # an estimated or steady-state start is the experiment's own (its
-            # steady state may be shared: _share_steady_states)
-        key = (part.t0, repr(part.doses), part.x0_fixed.tobytes())
+        if part.n_x0:
+            continue  # an estimated start is the experiment's own
+        # experiments whose field is the same at every theta, from the same start; the
+        # pre-equilibrated ones from the same rest too (Weber et al. 2015: 9 experiments,
+        # 2 distinct solves). The trajectory's key (field parameters and the start reached)
+        # guards the sharing; the group only decides who can meet it
+        pre = (None if part.preequilibration is None else
+               (field_rows(part.preequilibration[:2]), part.preequilibration[2].tobytes(),
+                part.preequilibration[3].tobytes()))
+        key = (part.t0, repr(part.doses), part.x0_fixed.tobytes(),
+               field_rows(part.theta_map), pre)
         groups.setdefault(key, []).append(part)
     for members in groups.values():
         if len(members) > 1:
-            shared = _SharedSolve(members, np.flatnonzero(native.param_in_field))
+            shared = _SharedSolve(members, field_params)
             for part in members:
                 part.shared_solve = shared
 

@@ -130,6 +130,59 @@ def test_experiments_share_their_pre_equilibration(integrator, monkeypatch):
     assert shared_calls == 2
 
 
+def test_replicates_of_a_pre_equilibrated_condition_share_one_solve(monkeypatch):
+    # PEtab splits a condition into experiments by replicate (Weber et al. 2015: nine
+    # experiments, two distinct solves): the same rest, the same stimulus, another value of
+    # a parameter the field does not read, other times. One CVODES solve (and one with
+    # sensitivities) per evaluation serves the two replicates; the third experiment, a
+    # different stimulus, has its own
+    import sklode._objective as objective_module
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+    from sklode.models._native import native_unavailable_reason
+
+    if native_unavailable_reason() is not None:
+        pytest.skip(native_unavailable_reason())
+    model = InflowWithUnread()
+    base = _data()
+    experiments = [
+        Experiment(base.t[::2], base.Y[::2], x0=[0.0], t0=0.0,
+                   conditions={"u": 2.0, "unread": 0.1},
+                   preequilibration={"x0": [0.0], "conditions": {"u": 1.0}}),
+        Experiment(base.t[1::2], base.Y[1::2], x0=[0.0], t0=0.0,
+                   conditions={"u": 2.0, "unread": 0.2},
+                   preequilibration={"x0": [0.0], "conditions": {"u": 1.0}}),
+        Experiment(base.t, base.Y * 1.4, x0=[0.0], t0=0.0,
+                   conditions={"u": 3.0, "unread": 0.3},
+                   preequilibration={"x0": [0.0], "conditions": {"u": 1.0}})]
+    solves = []
+    original = objective_module.forward_trajectory
+    monkeypatch.setattr(objective_module, "forward_trajectory",
+                        lambda *a, **k: solves.append(1) or original(*a, **k))
+    results = {}
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(objective_module, "_share_solves", lambda parts: None)
+        data = check_experiments(experiments, None, model=model, estimate_x0=False,
+                                 warn_initial_time=False)
+        objective, u0 = objective_for_experiments(
+            model, data, theta0=np.array([1.0, 0.6, 0.0]),
+            fitted=np.array([False, True, False]), integrator="CVODES", rtol=1e-11,
+            atol=1e-12)
+        solves.clear()
+        u = u0 * 1.1
+        results[share] = objective.residual(u), objective.jacobian(u)
+        assert len(solves) == (2 if share else 3)
+        if share:
+            parts = objective.parts
+            assert parts[0].shared_solve is parts[1].shared_solve
+            assert "shared_solve" not in parts[2].__dict__
+    # the replicates' solve on the union of their times instead of each one's own: equal
+    # to the integration error at 1e-11
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(results[True][1], results[False][1], rtol=1e-7, atol=1e-8)
+
+
 def test_a_start_already_at_rest_still_has_its_steady_states_derivative():
     # From x0 = u / k nothing moves, so forward sensitivities along the (empty) integration
     # are zero; the steady state still moves with u and k: dx/du = 1/k, dx/dk = -u/k^2.
