@@ -538,11 +538,15 @@ WEBER_START_THETA = [
     0.011889379831773003, 2.954894558726683]
 
 
-def test_weber_dose_at_24_is_crossed_in_few_steps_and_given_from_a_start_at_24():
-    problem = sk_petab.load(_collection_problem("Weber_BMC2015"))
-    native = problem.model.native_solver()
+def _weber_native_solver():
+    native = sk_petab.load(_collection_problem("Weber_BMC2015")).model.native_solver()
     if native is None:
         pytest.skip("no C compiler or SUNDIALS here")
+    return native
+
+
+def test_weber_dose_at_24_is_crossed_in_few_steps_and_given_from_a_start_at_24():
+    native = _weber_native_solver()
     x0, theta = np.array(WEBER_START_X0), np.array(WEBER_START_THETA)
     times = np.array([0.0, 3.0, 6.0, 24.0, 24.08, 24.5, 30.0])
     out, _, info = native(0.0, x0, theta, times, rtol=1e-8, atol=1e-10, max_steps=200_000)
@@ -560,10 +564,7 @@ def test_weber_dose_at_24_is_crossed_in_few_steps_and_given_from_a_start_at_24()
 
 
 def test_the_compiled_solve_restarts_past_a_switch_its_steps_cannot_cross():
-    problem = sk_petab.load(_collection_problem("Weber_BMC2015"))
-    native = problem.model.native_solver()
-    if native is None:
-        pytest.skip("no C compiler or SUNDIALS here")
+    native = _weber_native_solver()
     x0, theta = np.array(WEBER_STUCK_X0), np.array(WEBER_STUCK_THETA)
     times = np.array([24.0, 24.5, 25.0, 30.0])
     params = np.array([0, 1, 2])

@@ -100,8 +100,8 @@ static void settle_switches(double t, const double *x, const double *p, double *
     model_roots(t + dt, x_later, p, g_later);
     model_switches(t, x, p, direct);
     for (int i = 0; i < NROOTS; i++) {
-        double side = g[i] != 0.0 ? g[i] : g_later[i];
         if (which && !which[i]) continue;
+        double side = g[i] != 0.0 ? g[i] : g_later[i];
         if (side == 0.0 && fallback) side = fallback[i];
         sw[i] = side > 0.0 ? SWITCH_ABOVE[i] : side < 0.0 ? SWITCH_BELOW[i] : direct[i];
     }

@@ -93,7 +93,8 @@ class _Program:
         self.tangent_lines = {"x": [], "p": []}
         # values that change along a solution (they depend on t or x), and the switching
         # functions of the comparisons among them: CVODES finds where one changes sign and
-        # restarts there, as at a discontinuity of the field
+        # restarts there, as at a discontinuity of the field. Each root is (its value line,
+        # g, the switch's value where g > 0, where g < 0)
         self.varying = {id(x)}
         self.roots = []
         for op, args, kwargs, result in recorder.tape:
@@ -324,17 +325,14 @@ class _Program:
             # Heaviside variables). Read from t and x inside the steps, the jump made every
             # step across it fail until the steps were shorter than t's last digit.
             # Without sw (the checks, the root functions) it is the comparison itself.
-            first = len(self.roots)
-            counter = iter(range(first, first + int(np.prod(result.shape, dtype=int))))
-            names = self._elementwise(
-                result, [left, right],
-                lambda a, b: f"(sw ? sw[{next(counter)}] : (({a} {symbol} {b}) ? 1.0 : 0.0))",
-                lambda e, r: [None, None])
-            a, b = np.broadcast_arrays(self.ref(left), self.ref(right))
             above, below = _SWITCH_SIDES[symbol]
-            for index in np.ndindex(names.shape):
-                self.roots.append((names[index], f"{a[index]} - {scale}{b[index]}", above,
-                                   below))
+
+            def switch(a, b):  # each element's switch: the value line about to be written
+                k = len(self.roots)
+                self.roots.append((len(self.value_lines), f"{a} - {scale}{b}", above, below))
+                return f"(sw ? sw[{k}] : (({a} {symbol} {b}) ? 1.0 : 0.0))"
+
+            self._elementwise(result, [left, right], switch, lambda e, r: [None, None])
             return
         if symbol == "**":
             value_of = lambda a, b: f"pow({a}, {b})"  # noqa: E731
@@ -387,18 +385,19 @@ class _Program:
         # the switching functions and the switches' values, each after the value lines it
         # needs (there read from t and x: sw is NULL)
         lines.append(f"#define NROOTS {len(self.roots)}")
-        needed = max((int(name[1:]) + 1 for name, *_ in self.roots), default=0)
+        needed = max((line + 1 for line, *_ in self.roots), default=0)
         root_body = "\n".join(f"    {line}" for line in self.value_lines[:needed])
         for label, column in (("ABOVE", 2), ("BELOW", 3)):
             listed = ", ".join(f"{r[column]:.1f}" for r in self.roots) or "0.0"
             lines.append(f"static const double SWITCH_{label}[] = {{{listed}}};")
-        for function, target, k in (("model_roots", "g", 1), ("model_switches", "value", 0)):
+        for function, target, of in (("model_roots", "g", lambda r: r[1]),
+                                     ("model_switches", "value", lambda r: f"v{r[0]}")):
             lines.append(
                 f"static void {function}(double t, const double *x, const double *p, "
                 f"double *{target}) {{\n    const double *sw = NULL;\n"
                 f"    (void)t; (void)x; (void)p; (void)sw; (void){target};\n{root_body}\n" +
-                "\n".join(f"    {target}[{i}] = {r[k]};" for i, r in enumerate(self.roots)) +
-                "\n}")
+                "\n".join(f"    {target}[{i}] = {of(r)};" for i, r in enumerate(self.roots))
+                + "\n}")
         return "\n".join(lines) + "\n"
 
 
