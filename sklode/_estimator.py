@@ -93,7 +93,7 @@ COMMON_CONSTRAINTS = {
     "x0_bounds": [tuple, list, None],
     "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
     "noise_kind": [StrOptions(set(NOISE_KINDS)), dict],
-    "positive": ["boolean", "array-like"],
+    "positive": ["boolean", StrOptions({"log", "log10"}), "array-like"],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],

@@ -29,6 +29,7 @@ from ._validation import (
     check_positive,
     check_theta0,
     condition_map,
+    log_factors,
 )
 from .exceptions import IntegrationError
 from .models import check_model
@@ -44,8 +45,9 @@ _START_EVALUATIONS = 200_000  # ~8 s of torch evaluations for the starting point
 
 class _Objective:
     """What every AdjointODE cost derives from its primitives: the map between the unknowns
-    ``z`` and the optimiser variables ``u`` (``z = scale * u``, or ``exp(u)`` where
-    ``log_mask``), the cost, the Jacobian in ``u`` and the blow-up-safe gradient.
+    ``z`` and the optimiser variables ``u`` (``z = scale * u``, or ``exp(scale * u)`` where
+    ``log_mask``: ``scale`` is then 1 for a natural-log variable, ``ln 10`` for a log10 one),
+    the cost, the Jacobian in ``u`` and the blow-up-safe gradient.
 
     A subclass sets ``scale``, ``log_mask`` and ``theta_fixed`` and defines ``residual``,
     ``jacobian_z`` and ``value_and_grad``; it overrides nothing here.
@@ -62,14 +64,14 @@ class _Objective:
         Returns
         -------
         ndarray of shape (n_unknowns,)
-            ``z / scale``, or ``log(theta)`` for positive parameters.
+            ``z / scale``, or ``log(theta) / scale`` for positive parameters.
         """
         z = np.asarray(z, dtype=np.float64)
         if np.any(z[self.log_mask] <= 0):
             raise ValueError("positive=True needs strictly positive starting parameters; got "
                              f"theta0={self.theta_fixed}.")
         u = z / self.scale
-        u[self.log_mask] = np.log(z[self.log_mask])
+        u[self.log_mask] = np.log(z[self.log_mask]) / self.scale[self.log_mask]
         return u
 
     def to_z(self, u):
@@ -86,7 +88,7 @@ class _Objective:
             The unknowns.
         """
         z = u * self.scale
-        z[self.log_mask] = np.exp(u[self.log_mask])
+        z[self.log_mask] = np.exp(z[self.log_mask])
         return z
 
     def dz_du(self, u):
@@ -100,10 +102,10 @@ class _Objective:
         Returns
         -------
         ndarray of shape (n_unknowns,)
-            ``scale``, or ``exp(u)`` for positive parameters.
+            ``scale``, or ``scale * exp(scale * u)`` for positive parameters.
         """
         d = self.scale.copy()
-        d[self.log_mask] = np.exp(u[self.log_mask])
+        d[self.log_mask] *= np.exp(u[self.log_mask] * d[self.log_mask])
         return d
 
     def cost(self, u):
@@ -200,6 +202,9 @@ class LeastSquaresObjective(_Objective):
         ``(c, total, k)``: penalty ``k/2 (c . x0 - total)^2`` (when some component is free).
     positive : ndarray of bool of shape (n_params,)
         Parameters optimised on the log scale.
+    log_factor : ndarray of shape (n_params,), optional
+        The positive parameters' ``c`` in ``theta = exp(c u)`` (1: natural log, the
+        default; ``ln 10``: the optimiser works in decades, PEtab's log10 scale).
     integrator : str
         Forward solver (:data:`sklode.integrate.INTEGRATORS`).
     rtol : float
@@ -221,7 +226,7 @@ class LeastSquaresObjective(_Objective):
 
     def __init__(self, model, t0, t, Y, sigma, observed, x0, theta, *, free, prior,
                  invariant, positive, integrator, rtol, atol, fitted=None, observation=None,
-                 doses=None, theta_map=None, preequilibration=None):
+                 doses=None, theta_map=None, preequilibration=None, log_factor=None):
         self.model, self.t0, self.t = model, t0, t
         # (A, c, x0_pre, reset): start from the steady state reached from x0_pre under the
         # parameters A @ theta + c, except the ``reset`` components (held at x0)
@@ -247,6 +252,10 @@ class LeastSquaresObjective(_Objective):
         self.scale = np.where(z0 != 0, np.abs(z0), 1.0)
         self.log_mask = np.zeros(z0.size, dtype=bool)
         self.log_mask[self.n_x0:] = np.broadcast_to(positive, (self.n_params,))[self.fitted]
+        if log_factor is None:
+            log_factor = np.ones(self.n_params)
+        self.scale[self.log_mask] = np.asarray(log_factor, dtype=np.float64)[
+            self.fitted][self.log_mask[self.n_x0:]]
         # Evaluation budget of one forward solve: generous at the start, then a multiple of
         # what the start needed (set by the solver), so that a trial point on the edge of
         # blowing up (or stiff for the integrator) is rejected in seconds, not minutes.
@@ -1047,7 +1056,8 @@ integrator, rtol, atol
                                                                 noise_kind),
         observed, x0, theta0,
         free=experiment.estimate_x0, prior=prior, invariant=penalty,
-        positive=check_positive(positive, model.n_params), integrator=integrator, rtol=rtol,
+        positive=check_positive(positive, model.n_params),
+        log_factor=log_factors(positive, model.n_params), integrator=integrator, rtol=rtol,
         atol=atol, fitted=fitted, observation=observation, doses=experiment.doses or None,
         theta_map=condition_map(experiment.conditions, model),
         preequilibration=_preequilibration_of(experiment, model))

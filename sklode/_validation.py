@@ -37,6 +37,7 @@ __all__ = [
     "check_theta0",
     "check_times",
     "condition_map",
+    "log_factors",
     "bounds_with_positivity",
     "by_name",
 ]
@@ -487,19 +488,66 @@ def check_fixed(fixed, theta0, model):
     return fitted, theta0
 
 
+#: what ``positive`` may say of a parameter beyond True and False: the base of the logarithm
+#: the optimiser works in (PEtab's ``log`` and ``log10`` parameter scales)
+LOG_SCALES = {"log": 1.0, "log10": float(np.log(10.0))}
+
+
+def _positive_entries(positive, n_params):
+    """``positive`` as a list of ``n_params`` entries, each False or a log factor (1 for the
+    natural log, ``ln 10`` for log10), or a ValueError."""
+    def entry(value):
+        if isinstance(value, str):
+            if value not in LOG_SCALES:
+                raise ValueError(f"positive takes True, False, 'log' or 'log10' per parameter; "
+                                 f"got {value!r}.")
+            return LOG_SCALES[value]
+        if isinstance(value, (bool, np.bool_)):
+            return 1.0 if value else False
+        raise ValueError("positive must be True, False or one entry per parameter (True, "
+                         f"False, 'log' or 'log10'); got {positive!r}.")
+
+    if isinstance(positive, (str, bool, np.bool_)):
+        return [entry(positive)] * n_params
+    values = list(np.asarray(positive, dtype=object).ravel()) if np.ndim(positive) else None
+    if values is None or np.ndim(positive) != 1 or len(values) != n_params:
+        raise ValueError(f"positive must be True, False or {n_params} entries (one per "
+                         f"parameter: True, False, 'log' or 'log10'); got {positive!r}.")
+    return [entry(v) for v in values]
+
+
 def check_positive(positive, n_params):
     """``positive`` (a bool or a per-parameter mask) as a boolean array of shape (n_params,).
 
     Parameters
     ----------
-    positive : bool or array-like of bool
+    positive : bool, {"log", "log10"} or array-like of those
+        True, ``"log"`` and ``"log10"`` all mean: kept positive, optimised on a log scale.
     n_params : int
 
     Returns
     -------
     ndarray of bool
     """
-    return _boolean_mask(positive, n_params, "positive", "parameter")
+    return np.array([e is not False for e in _positive_entries(positive, n_params)],
+                    dtype=bool)
+
+
+def log_factors(positive, n_params):
+    """Each parameter's factor ``c`` in ``theta = exp(c u)`` of the optimiser variable ``u``:
+    1 for the natural log (``True``, ``"log"``), ``ln 10`` for ``"log10"``, 1 where the
+    parameter is not on a log scale.
+
+    Parameters
+    ----------
+    positive : bool, {"log", "log10"} or array-like of those
+    n_params : int
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+    """
+    return np.array([1.0 if e is False else e for e in _positive_entries(positive, n_params)])
 
 
 def _boolean_mask(value, size, name, each):

@@ -103,8 +103,12 @@ class AdjointODE(ODEEstimator):
         (an active bound is met exactly), through a smooth change of variables onto the open
         box by the others (the estimate stays strictly inside, within the optimiser's
         tolerance of an active bound).
-    positive : bool or array-like of bool of shape (n_params,), default=False
-        Optimise ``log(theta)`` for these parameters: they stay strictly positive.
+    positive : bool, "log", "log10" or array-like of those of shape (n_params,), \
+default=False
+        Optimise ``log(theta)`` for these parameters: they stay strictly positive. True and
+        ``"log"`` are the natural log; ``"log10"`` the decimal log (the same estimate, but a
+        trust-region optimiser such as ``"fides"`` measures its steps in decades, as PEtab's
+        ``log10`` parameter scale asks).
     x0_bounds : (array-like, array-like), default=None
         Lower and upper bounds on the estimated initial state (scalars or one per state,
         ``±inf`` allowed), e.g. ``(0, N)`` for compartments of a population of ``N``;
@@ -804,9 +808,9 @@ class AdjointODE(ODEEstimator):
             return lower, upper
         lo, hi = checked[0][objective.fitted], checked[1][objective.fitted]
         log_scale = objective.log_mask[n_x0:]
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore"):  # (scale: the log's factor on a log scale)
             lower[n_x0:] = np.where(log_scale, np.log(np.maximum(lo, 0.0)),
-                                    lo / objective.scale[n_x0:])
+                                    lo) / objective.scale[n_x0:]
             upper[n_x0:] = np.where(log_scale, np.log(np.maximum(hi, 0.0)),
-                                    hi / objective.scale[n_x0:])
+                                    hi) / objective.scale[n_x0:]
         return lower, upper

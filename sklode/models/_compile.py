@@ -594,8 +594,11 @@ def _grid_program(recorder, x, theta, out, n_in, n_params, n_out, label):
             else:
                 lines.append(f"{recorder.names[id(result)]} = "
                              f"{recorder.source(op, args, kwargs, result.dim() == 0)}")
+        # theta is one vector, or one per grid point (shape (..., n_params)): an
+        # experiment whose observation parameters change between its time points
         head = ["t = np.asarray(t, dtype=np.float64)", "x_list = np.moveaxis(x, -1, 0)",
-                "theta_list = theta.tolist()"]
+                "theta_list = (theta.tolist() if theta.ndim == 1 "
+                "else list(np.moveaxis(theta, -1, 0)))"]
         sources = {"f": "def f(t, x, theta):\n" + "\n".join(
             f"    {line}" for line in head + lines) + f"\n    return np.broadcast_to("
             f"{recorder.names[id(out)]}, x.shape[:-1] + ({n_out},)).astype(np.float64)\n"}
