@@ -332,6 +332,64 @@ def test_the_gradient_through_the_initial_offsets_matches_finite_differences(
     assert abs(grad[c0]) > 1e-3  # c0 reaches the cost through the start: a real check
 
 
+def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem, tmp_path):
+    # Measurement rows with their own noise level (numbers) and their own observable
+    # parameter (a name or a number) split a condition into experiments that share one
+    # solve; the objective evaluates their rows as one grid (one theta per row). Its
+    # residual and Jacobian must be those of the experiments one by one.
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+    from sklode.models._native import native_unavailable_reason
+
+    if native_unavailable_reason():
+        pytest.skip(native_unavailable_reason())
+    for name in ("model.xml", "conditions.tsv", "parameters.tsv", "problem.yaml"):
+        (tmp_path / name).write_text((small_problem / name).read_text())
+    (tmp_path / "observables.tsv").write_text(OBSERVABLES.replace("lin\tlaplace",
+                                                                  "lin\tnormal"))
+    rows = (small_problem / "measurements.tsv").read_text().splitlines()
+    varied = [rows[0]]
+    for k, row in enumerate(rows[1:]):
+        cells = row.split("\t")
+        if cells[0] == "obs_A":
+            cells[5] = repr(0.1 + 0.01 * k)  # a noise level per row
+            if cells[1] == "c2" and k % 2:
+                cells[4] = "scale_A"  # c2's scale: a number on some rows, estimated on others
+        varied.append("\t".join(cells))
+    (tmp_path / "measurements.tsv").write_text("\n".join(varied) + "\n")
+    problem = sk_petab.load(tmp_path / "problem.yaml")
+    assert len(problem.experiments) > 2  # the rows' values split the two conditions
+    model = problem.model
+    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
+                             min_samples=1, warn_initial_time=False)
+    fitted = np.array([n in problem.parameter_names for n in model.param_names])
+    objective, u0 = objective_for_experiments(
+        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
+        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-10, atol=1e-12,
+        positive=[False if n not in problem.parameter_names else "log10"
+                  for n in model.param_names])
+    assert sum(len(b.parts) for b in objective.batches) == len(problem.experiments)
+    r, J = objective.residual(u0), objective.jacobian(u0)
+    batches, objective.batches = objective.batches, []
+    for part in objective.parts:
+        part._cache_key = None
+    # the same solve and the same arithmetic on each row: equal to round-off
+    np.testing.assert_allclose(objective.residual(u0), r, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(objective.jacobian(u0), J, rtol=1e-12, atol=1e-12)
+    objective.batches = batches
+    scale_A = list(np.array(model.param_names)[fitted]).index("scale_A")
+    for j in range(u0.size):
+        h = 1e-6
+        up, down = u0.copy(), u0.copy()
+        up[j] += h
+        down[j] -= h
+        numeric = (objective.residual(up) - objective.residual(down)) / (2 * h)
+        # central differences of residuals solved at 1e-10: ~1e-6 of the column's scale
+        np.testing.assert_allclose(J[:, j], numeric, rtol=1e-5,
+                                   atol=1e-5 * np.max(np.abs(numeric)))
+    assert np.count_nonzero(J[:, scale_A]) > 0  # read on rows of both conditions
+
+
 def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkeypatch):
     pytest.importorskip("fides")
     import sklode.adjoint._solver as solver
