@@ -54,6 +54,10 @@ class _Objective:
     ``jacobian_z`` and ``value_and_grad``; it overrides nothing here.
     """
 
+    #: solve the next points' states together with the sensitivities the Jacobian will ask
+    #: for (the CVODES path): an optimiser sets it where it expects to want the Jacobian
+    prefetch_sensitivities = False
+
     def to_u(self, z):
         """Optimiser variables from the unknowns.
 
@@ -390,10 +394,12 @@ class LeastSquaresObjective(_Objective):
             theta = self.experiment_theta(theta)
             self.n_forward += 1
             shared = self.__dict__.get("shared_solve")
-            traj = (shared.trajectory(self, theta, x0) if shared is not None else
+            prefetch = (self.sensitivity_request(theta) if self.prefetch_sensitivities
+                        else None)
+            traj = (shared.trajectory(self, theta, x0, prefetch) if shared is not None else
                     forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
                                        max_evaluations=self.max_evaluations,
-                                       doses=self.doses))
+                                       doses=self.doses, prefetch=prefetch))
             if self.observation is None:
                 data = np.where(self.mask,
                                 (traj.states[:, self.observed] - self.Y) / self.sigma, 0.0)
@@ -530,16 +536,13 @@ class LeastSquaresObjective(_Objective):
         """
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
+        with_x0, params, start = self.sensitivity_request(theta)
+        S = sensitivities(self.model, theta, traj, with_x0=with_x0, params=params, start=start)
         if self.preequilibration is None:
-            # initial offsets: the parameters' columns start at their derivative (sx0)
-            start = (self.model.initial_offsets_jacobian(theta) if self.offset_start
-                     else None)
-            S = sensitivities(self.model, theta, traj, with_x0=self.n_x0 > 0,
-                              params=self._needed_params(), start=start)
             S = self._unknown_columns(S)
         else:  # the start moves with theta through the steady state: chain it in
             n = self.n_states
-            S_full = sensitivities(self.model, theta, traj, with_x0=True)
+            S_full = S
             _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
             S = self._unknown_columns(S_full[..., n:], x0_part=False)
             S = S + (S_full[..., :n] @ D)[..., self.fitted]
@@ -556,6 +559,15 @@ class LeastSquaresObjective(_Objective):
         block = np.zeros((J_extra.shape[0], S.shape[-1]))
         block[:, : self.n_x0] = J_extra
         return np.vstack([J_data, block])
+
+    def sensitivity_request(self, theta):
+        """``(with_x0, params, start)``: the sensitivities :meth:`jacobian_z` asks for at
+        this experiment's parameters ``theta`` (what a prefetching solve computes)."""
+        if self.preequilibration is not None:  # every column, chained through the rest
+            return True, None, None
+        # initial offsets: the parameters' columns start at their derivative (sx0)
+        start = self.model.initial_offsets_jacobian(theta) if self.offset_start else None
+        return self.n_x0 > 0, self._needed_params(), start
 
     def _needed_params(self):
         """This experiment's parameters whose sensitivities the fitted ones need (through
@@ -643,13 +655,13 @@ class _SharedSolve:
             self.layout[id(p)] = (np.searchsorted(self.t, p.t), grid,
                                   np.searchsorted(grid, p.t))
 
-    def trajectory(self, part, theta, x0):
+    def trajectory(self, part, theta, x0, prefetch=None):
         key = (theta[self.field_params].tobytes(), np.asarray(x0, dtype=np.float64).tobytes())
         if key != self.key:
             self.key, self.traj = None, None
             self.traj = forward_trajectory(part.model, theta, x0, part.t0, self.t,
                                            **part.solver, max_evaluations=part.max_evaluations,
-                                           doses=part.doses)
+                                           doses=part.doses, prefetch=prefetch)
             self.key = key
         return _restricted(self.traj, *self.layout[id(part)])
 
@@ -825,7 +837,11 @@ class _ObservationBatch:
             x0, theta = first.split(first.to_z(u))
             thetas = [p.experiment_theta(theta) for p in self.parts]
             first.n_forward += 1
-            self.shared.trajectory(first, thetas[0], x0)
+            prefetch = (first.sensitivity_request(thetas[0])
+                        if first.prefetch_sensitivities else None)
+            if prefetch is not None:  # the columns the batch's Jacobian asks for
+                prefetch = (prefetch[0], self.needed, prefetch[2])
+            self.shared.trajectory(first, thetas[0], x0, prefetch)
             traj = self.shared.traj  # on the union of the experiments' times
             per_row = np.repeat(np.array(thetas), self.counts, axis=0)
             X = traj.states[self.time_index]
@@ -844,8 +860,7 @@ class _ObservationBatch:
         traj, X, thetas, per_row, _ = self._evaluate(u)
         first = self.parts[0]
         first.n_derivative += 1
-        start = (first.model.initial_offsets_jacobian(thetas[0]) if first.offset_start
-                 else None)
+        _, _, start = first.sensitivity_request(thetas[0])
         S = sensitivities(first.model, thetas[0], traj, with_x0=False, params=self.needed,
                           start=start)
         # the field's columns agree across the batch (it reads none of the parameters the
@@ -914,6 +929,16 @@ class ExperimentsObjective(_Objective):
         _share_solves(self.parts)
         _share_steady_states(self.parts)
         self.batches = _batch_observations(self.parts)
+
+    @property
+    def prefetch_sensitivities(self):
+        """Whether the experiments' next solves bring their sensitivities along."""
+        return self.parts[0].prefetch_sensitivities
+
+    @prefetch_sensitivities.setter
+    def prefetch_sensitivities(self, value):
+        for part in self.parts:
+            part.prefetch_sensitivities = value
 
     @property
     def max_evaluations(self):

@@ -133,7 +133,7 @@ class _PiecewiseDense:
 
 
 def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
-                       max_evaluations=None, doses=None):
+                       max_evaluations=None, doses=None, prefetch=None):
     """Solve from ``(t0, x0)`` to the last of the increasing times ``t_obs`` (all ``>= t0``)
     and keep what the derivative passes need.
 
@@ -161,6 +161,11 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         Boluses ``(time, state, amount)``: the solve runs in segments between them; the
         sensitivities and the adjoint are continuous across a bolus of known size, so the
         derivative passes need only the dose times on the grid.
+    prefetch : (bool, array-like of int or None, ndarray or None), optional
+        A request ``(with_x0, params, start)`` that :func:`sensitivities` will make: on the
+        CVODES path the states are then solved together with those sensitivities (one solve
+        instead of a states-only solve and a second one with sensitivities, as AMICI does
+        when a gradient is wanted), kept for that request. Ignored by the scipy path.
 
     Returns
     -------
@@ -183,7 +188,8 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         native = native_solver_or_warn(model)
         if native is not None:
             return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
-                                      atol=atol, max_steps=_max_steps(max_evaluations))
+                                      atol=atol, max_steps=_max_steps(max_evaluations),
+                                      prefetch=prefetch)
         integrator = "LSODA"
     if doses:
         return _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, integrator=integrator,
@@ -264,33 +270,54 @@ def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=N
     return states, S_out, n_evaluations
 
 
-def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, **options):
+def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None,
+                       **options):
     """:func:`forward_trajectory` by the compiled CVODES solve: the states at ``t_obs`` and
     a closure that solves again with forward sensitivities (only the parameters the field
-    depends on are integrated; the other columns are zero)."""
+    depends on are integrated; the other columns are zero), or returns those solved with
+    the states when ``prefetch`` asked for them."""
     theta = np.asarray(theta, dtype=np.float64)
     given_atol = options["atol"]  # the scipy fallback below adds the offsets itself
     options["blowup"] = blowup_limit(x0, model, theta)
     options["atol"] = state_atol(model, theta, options["rtol"], given_atol)
-    states, _, n_evaluations = _native_solve(native, model, theta, x0, t0, t_obs, doses,
-                                             dict(options))
     cache = {}
 
-    def sensitivities_at(with_x0, params=None, start=None):
+    def request(with_x0, params, start):
         read = native.param_in_field
         if start is not None:  # a parameter that sets the start has a column too
             read = read | np.any(start != 0, axis=0)
         columns = _columns_read(read, params)  # the others are zero
-        key = (with_x0, columns.tobytes(), None if start is None else start.tobytes())
+        return columns, (with_x0, columns.tobytes(), None if start is None else start.tobytes())
+
+    def with_sensitivities(with_x0, columns, start):
+        states, S, n_evaluations = _native_solve(native, model, theta, x0, t0, t_obs, doses,
+                                                 dict(options),
+                                                 columns=(with_x0, columns, start))
+        n = x0.size
+        offset = n if with_x0 else 0
+        full = np.zeros(S.shape[:2] + (offset + model.n_params,))
+        full[..., :offset] = S[..., :offset]
+        full[..., offset + columns] = S[..., offset:]
+        return states, full, n_evaluations
+
+    states = None
+    n = x0.size  # (the work test of sensitivities(): beyond it the scipy path is taken)
+    if prefetch is not None and n * ((n if prefetch[0] else 0) + _columns_read(
+            native.param_in_field, prefetch[1]).size) <= NATIVE_MAX_WORK_JACOBIAN:
+        columns, key = request(*prefetch)
+        try:
+            states, cache[key], n_evaluations = with_sensitivities(prefetch[0], columns,
+                                                                   prefetch[2])
+        except IntegrationError:  # the sensitivities failed: the states alone may not
+            cache.clear()
+    if states is None:
+        states, _, n_evaluations = _native_solve(native, model, theta, x0, t0, t_obs, doses,
+                                                 dict(options))
+
+    def sensitivities_at(with_x0, params=None, start=None):
+        columns, key = request(with_x0, params, start)
         if key not in cache:
-            _, S, _ = _native_solve(native, model, theta, x0, t0, t_obs, doses, dict(options),
-                                    columns=(with_x0, columns, start))
-            n = x0.size
-            offset = n if with_x0 else 0
-            full = np.zeros(S.shape[:2] + (offset + model.n_params,))
-            full[..., :offset] = S[..., :offset]
-            full[..., offset + columns] = S[..., offset:]
-            cache[key] = full
+            cache[key] = with_sensitivities(with_x0, columns, start)[1]
         return cache[key]
 
     rebuilt = []

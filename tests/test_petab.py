@@ -390,6 +390,47 @@ def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem,
     assert np.count_nonzero(J[:, scale_A]) > 0  # read on rows of both conditions
 
 
+def test_a_prefetching_solve_brings_the_jacobians_sensitivities(small_problem, monkeypatch):
+    # prefetch_sensitivities (set by the Fides loop after an improving step): the states
+    # are solved with the sensitivities the Jacobian asks for, one CVODES solve per
+    # experiment instead of two, and the residual and Jacobian are those of the two solves
+    import sklode._sensitivity as sensitivity_module
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+    from sklode.models._native import native_unavailable_reason
+
+    if native_unavailable_reason():
+        pytest.skip(native_unavailable_reason())
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    model = problem.model
+    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
+                             min_samples=1, warn_initial_time=False)
+    fitted = np.array([n in problem.parameter_names for n in model.param_names])
+    objective, u0 = objective_for_experiments(
+        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
+        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-10, atol=1e-12)
+    solves = []
+    original = sensitivity_module._native_solve
+
+    def counted(*args, **kwargs):
+        solves.append(kwargs.get("columns") is not None)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sensitivity_module, "_native_solve", counted)
+    r_two, J_two = objective.residual(u0), objective.jacobian(u0)
+    assert solves == [False, False, True, True]  # states, then states with sensitivities
+    solves.clear()
+    objective.prefetch_sensitivities = True
+    u1 = u0 + 1e-12  # a new point (the objective keeps the last one)
+    r_one, J_one = objective.residual(u1), objective.jacobian(u1)
+    assert solves == [True, True]
+    # the states now come from the solve with sensitivities (its own steps): equal to the
+    # solves' tolerance, 1e-10 relative (1e-7 of the residual's scale leaves room for the
+    # rows that divide by a small noise level); the Jacobian is the same solve's
+    np.testing.assert_allclose(r_one, r_two, rtol=1e-7, atol=1e-7 * np.max(np.abs(r_two)))
+    np.testing.assert_allclose(J_one, J_two, rtol=1e-7, atol=1e-7 * np.max(np.abs(J_two)))
+
+
 def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkeypatch):
     pytest.importorskip("fides")
     import sklode.adjoint._solver as solver

@@ -261,6 +261,10 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
         try:
             r = objective.residual(u)
             cost = 0.5 * float(r @ r) - cost_offset
+            # the next trial point's states come with their sensitivities when this one
+            # improved (most trust-region steps are taken: one solve instead of two), alone
+            # after a rejection (the region shrinks; the next step may be rejected too)
+            objective.prefetch_sensitivities = not evaluated[0] or cost < optimizer.fval
             if evaluated[0] and cost >= optimizer.fval:
                 # No lower than the current iterate: Fides rejects this step whatever the
                 # gradient (its ratio of actual to predicted decrease is <= 0, as the
@@ -297,6 +301,8 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
         return AdjointResult(u=np.array(optimizer.x_min), n_iter=int(optimizer.iteration),
                              converged=False, solver=solver,
                              stop_reason=f"stopped on a non-finite step ({exc})")
+    finally:  # later solves (the covariance, predictions) want the states alone
+        objective.prefetch_sensitivities = False
     flag = optimizer.exitflag
     reasons = {
         fides.ExitFlag.FTOL: f"cost changed by less than {tol:g} (absolute + relative)",
