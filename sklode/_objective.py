@@ -393,13 +393,8 @@ class LeastSquaresObjective(_Objective):
             x0, theta = self.split(self.to_z(u))
             theta = self.experiment_theta(theta)
             self.n_forward += 1
-            shared = self.__dict__.get("shared_solve")
-            prefetch = (self.sensitivity_request(theta) if self.prefetch_sensitivities
-                        else None)
-            traj = (shared.trajectory(self, theta, x0, prefetch) if shared is not None else
-                    forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
-                                       max_evaluations=self.max_evaluations,
-                                       doses=self.doses, prefetch=prefetch))
+            traj = self.solve(theta, x0, self.sensitivity_request(theta)
+                              if self.prefetch_sensitivities else None)
             if self.observation is None:
                 data = np.where(self.mask,
                                 (traj.states[:, self.observed] - self.Y) / self.sigma, 0.0)
@@ -408,6 +403,29 @@ class LeastSquaresObjective(_Objective):
             r = np.concatenate([data.ravel(), self.extra_terms(x0)[0]])
             self._cache_key, self._cache = key, (traj, data, r, x0, theta)
         return self._cache
+
+    def solve(self, theta, x0, prefetch=None):
+        """The trajectory at this experiment's times from ``x0`` under its parameters
+        ``theta`` (the solve it shares with other experiments, or its own).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            The experiment's parameters (:meth:`experiment_theta`).
+        x0 : ndarray of shape (n_states,)
+        prefetch : tuple, optional
+            Sensitivities to solve along (:func:`~sklode._sensitivity.forward_trajectory`).
+
+        Returns
+        -------
+        Trajectory
+        """
+        shared = self.__dict__.get("shared_solve")
+        if shared is not None:
+            return shared.trajectory(self, theta, x0, prefetch)
+        return forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
+                                  max_evaluations=self.max_evaluations, doses=self.doses,
+                                  prefetch=prefetch)
 
     @property
     def n_data_rows(self):
@@ -725,8 +743,7 @@ def _observation_only(model, native):
     """Which parameters only the observation and noise models read (not the field, not the
     initial values): experiments that differ in those alone have the same trajectory."""
     only = ~np.asarray(native.param_in_field, dtype=bool)
-    theta = model.theta_guess()
-    if model.initial_offsets(theta) is not None:
+    if model.initial_offsets(model.theta_guess()) is not None:
         reads = getattr(model, "_initial_reads", None)
         read = None if reads is None else reads()
         if read is None:  # unknown: every parameter may set the start
@@ -736,43 +753,44 @@ def _observation_only(model, native):
 
 
 def _batch_observations(parts):
-    """Batches (:class:`_ObservationBatch`) of the experiments that share a solve and differ
-    only in their observation parameters, each evaluated as one grid."""
+    """Batches (:class:`_ObservationBatch`) of the experiments whose observation rows can be
+    evaluated as one grid: the compiled (numpy) observation path, the same noise kind per
+    observable, no estimated x0 and no pre-equilibration. Within a batch, experiments that
+    share a solve and differ only in their observation parameters share its sensitivities
+    too."""
     first = parts[0]
-    if getattr(first, "shared_solve", None) is None and not any(
-            getattr(p, "shared_solve", None) is not None for p in parts):
+    if len(parts) < 2 or first.model.native_solver() is None:
         return []
-    native = first.model.native_solver()
-    if native is None:
-        return []
-    keep = ~_observation_only(first.model, native)
-    groups = {}
+    keep = ~_observation_only(first.model, first.model.native_solver())
+    batches = {}
     for k, part in enumerate(parts):
-        shared = part.__dict__.get("shared_solve")
         observation = part.observation
-        if (shared is None or observation is None or part.n_x0
-                or part.preequilibration is not None or observation._any_laplace
-                or observation._compiled_observation() is None):
+        if (observation is None or part.n_x0 or part.preequilibration is not None
+                or observation._any_laplace or observation._compiled_observation() is None):
             continue
         A, c = (part.theta_map if part.theta_map is not None
                 else (np.eye(part.n_params), np.zeros(part.n_params)))
-        key = (id(shared), A[keep].tobytes(), c[keep].tobytes(), part.x0_fixed.tobytes(),
-               observation.modelled_noise)
-        groups.setdefault(key, []).append(k)
-    batches = []
-    for members in groups.values():
+        shared = part.__dict__.get("shared_solve")
+        same_trajectory = (k if shared is None else id(shared), A[keep].tobytes(),
+                           c[keep].tobytes(), part.x0_fixed.tobytes())
+        batch = batches.setdefault(observation.modelled_noise, {})
+        batch.setdefault(same_trajectory, []).append(k)
+    out = []
+    for groups in batches.values():
+        members = [k for group in groups.values() for k in group]
         kinds = {}
         for k in members:
             for column, kind in zip(parts[k].observation.columns, parts[k].observation.kinds):
                 kinds.setdefault(column, set()).add(kind)
         if len(members) > 1 and all(len(v) == 1 for v in kinds.values()):
-            batches.append(_ObservationBatch([parts[k] for k in members], members))
-    return batches
+            out.append(_ObservationBatch(parts, list(groups.values())))
+    return out
 
 
 class _ObservationBatch:
-    """The observation rows of experiments that share one solve and differ only in the
-    parameters their observation reads, evaluated as one grid (one theta per row).
+    """The observation rows of several experiments evaluated as one grid (one theta per
+    row); those that share one solve and differ only in the parameters their observation
+    reads (a group) also share its sensitivities.
 
     A PEtab problem splits a condition into one experiment per set of observable and noise
     parameters its measurement rows give (Bruno et al. 2016: 42 experiments of one time
@@ -783,28 +801,30 @@ class _ObservationBatch:
     Parameters
     ----------
     parts : list of LeastSquaresObjective
-        Experiments of one shared solve, no estimated x0, no pre-equilibration, whose
-        parameter maps differ only in observation-only rows.
-    indices : list of int
-        Their places among the objective's experiments.
+        The objective's experiments.
+    groups : list of list of int
+        The batch's experiments (places in ``parts``), by the trajectory they share: no
+        estimated x0, no pre-equilibration; a group's maps differ only in observation-only
+        rows and its experiments share a solve (or it is one experiment).
     """
 
-    def __init__(self, parts, indices):
-        self.parts, self.indices = parts, list(indices)
-        first = parts[0]
-        self.shared = first.shared_solve
-        columns = sorted({c for p in parts for c in p.observation.columns})
-        kinds = {c: k for p in parts for c, k in zip(p.observation.columns,
-                                                     p.observation.kinds)}
+    def __init__(self, parts, groups):
+        self.groups = [[parts[k] for k in group] for group in groups]
+        self.indices = [k for group in groups for k in group]
+        self.parts = [parts[k] for k in self.indices]
+        first = self.parts[0]
+        columns = sorted({c for p in self.parts for c in p.observation.columns})
+        kinds = {c: k for p in self.parts for c, k in zip(p.observation.columns,
+                                                          p.observation.kinds)}
         where = {c: j for j, c in enumerate(columns)}
-        n_rows, m = sum(p.t.size for p in parts), len(columns)
+        n_rows, m = sum(p.t.size for p in self.parts), len(columns)
         modelled = first.observation.modelled_noise
         Y = np.full((n_rows, m), np.nan)
         sigma = None if modelled else np.ones((n_rows, m))
         offset, floor = np.zeros((n_rows, m)), np.ones((n_rows, m))
-        self.rows, self.maps, times = [], [], []
+        self.rows, self.maps = [], []
         start = 0
-        for p in parts:
+        for p in self.parts:
             o = p.observation
             n, cols = o.n_times, np.array([where[c] for c in o.columns])
             block = np.ix_(np.arange(start, start + n), cols)
@@ -818,35 +838,42 @@ class _ObservationBatch:
             self.rows.append(np.concatenate([data, n_rows * m + data]) if modelled else data)
             A = p.theta_map[0] if p.theta_map is not None else np.eye(p.n_params)
             self.maps.append(A[:, p.fitted])
-            times.append(self.shared.layout[id(p)][0])
             start += n
-        self.observation = Observation(first.model, columns, np.concatenate([p.t for p in parts]),
-                                       Y, [kinds[c] for c in columns], sigma)
+        self.observation = Observation(first.model, columns, np.concatenate(
+            [p.t for p in self.parts]), Y, [kinds[c] for c in columns], sigma)
         self.observation._offset = torch.from_numpy(offset)
         self.observation._noise_floor = floor
-        self.counts = [p.t.size for p in parts]
-        self.time_index = np.concatenate(times)  # each row's time among the shared solve's
-        self.row_times = self.time_index[self.observation.row_times()]
-        self.needed = np.unique(np.concatenate([p._needed_params() for p in parts]))
+        self.counts = [p.t.size for p in self.parts]
+        # each group's rows' times on its trajectory (a shared solve's union of times)
+        self.times = [np.concatenate([g[0].shared_solve.layout[id(p)][0] for p in g])
+                      if len(g) > 1 else np.arange(g[0].t.size) for g in self.groups]
+        self.needed = [np.unique(np.concatenate([p._needed_params() for p in g]))
+                       for g in self.groups]
         self._key, self._cache = None, None
 
     def _evaluate(self, u):
         key = u.tobytes()
         if key != self._key:
-            first = self.parts[0]
-            x0, theta = first.split(first.to_z(u))
-            thetas = [p.experiment_theta(theta) for p in self.parts]
-            first.n_forward += 1
-            prefetch = (first.sensitivity_request(thetas[0])
-                        if first.prefetch_sensitivities else None)
-            if prefetch is not None:  # the columns the batch's Jacobian asks for
-                prefetch = (prefetch[0], self.needed, prefetch[2])
-            self.shared.trajectory(first, thetas[0], x0, prefetch)
-            traj = self.shared.traj  # on the union of the experiments' times
+            X, thetas, trajectories = [], [], []
+            for group, times, needed in zip(self.groups, self.times, self.needed):
+                first = group[0]
+                x0, theta = first.split(first.to_z(u))
+                group_thetas = [p.experiment_theta(theta) for p in group]
+                prefetch = None
+                if first.prefetch_sensitivities:  # the columns the group's Jacobian wants
+                    with_x0, _, start = first.sensitivity_request(group_thetas[0])
+                    prefetch = (with_x0, needed, start)
+                first.n_forward += 1
+                traj = first.solve(group_thetas[0], x0, prefetch)
+                if len(group) > 1:
+                    traj = first.shared_solve.traj  # on the union of the group's times
+                X.append(traj.states[times])
+                thetas += group_thetas
+                trajectories.append(traj)
             per_row = np.repeat(np.array(thetas), self.counts, axis=0)
-            X = traj.states[self.time_index]
+            X = np.concatenate(X)
             r = self.observation.residual(X, per_row)
-            self._key, self._cache = key, (traj, X, thetas, per_row, r)
+            self._key, self._cache = key, (trajectories, X, thetas, per_row, r)
         return self._cache
 
     def residuals(self, u):
@@ -857,17 +884,22 @@ class _ObservationBatch:
 
     def jacobians(self, u):
         """Each experiment's :meth:`LeastSquaresObjective.jacobian_z` at ``u``."""
-        traj, X, thetas, per_row, _ = self._evaluate(u)
-        first = self.parts[0]
-        first.n_derivative += 1
-        _, _, start = first.sensitivity_request(thetas[0])
-        S = sensitivities(first.model, thetas[0], traj, with_x0=False, params=self.needed,
-                          start=start)
-        # the field's columns agree across the batch (it reads none of the parameters the
-        # experiments' maps differ in): the first experiment's map serves all
-        S = first._unknown_columns(S)
+        trajectories, X, thetas, per_row, _ = self._evaluate(u)
+        S_rows, k = [], 0
+        for group, traj, times, needed in zip(self.groups, trajectories, self.times,
+                                              self.needed):
+            first, theta = group[0], thetas[k]
+            first.n_derivative += 1
+            _, _, start = first.sensitivity_request(theta)
+            S = sensitivities(first.model, theta, traj, with_x0=False, params=needed,
+                              start=start)
+            # the field's columns agree across a group (it reads none of the parameters
+            # its experiments' maps differ in): the first experiment's map serves all
+            S_rows.append(first._unknown_columns(S)[times])
+            k += len(group)
         J_x, J_theta = self.observation.jacobians(X, per_row)
-        J_data = np.einsum("rd,rdq->rq", J_x, S[self.row_times])
+        J_data = np.einsum("rd,rdq->rq", J_x,
+                           np.concatenate(S_rows)[self.observation.row_times()])
         return [J_data[rows] + J_theta[rows] @ A for rows, A in zip(self.rows, self.maps)]
 
 
