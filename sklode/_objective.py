@@ -759,9 +759,16 @@ def _batch_observations(parts):
     share a solve and differ only in their observation parameters share its sensitivities
     too."""
     first = parts[0]
-    if len(parts) < 2 or first.model.native_solver() is None:
+    if len(parts) < 2:
         return []
-    keep = ~_observation_only(first.model, first.model.native_solver())
+    from .integrate import _resolve_integrator
+
+    # (only the compiled solve is shared: on the scipy path each experiment is its own
+    # group, and the model is not compiled for it)
+    native = (first.model.native_solver()
+              if _resolve_integrator(first.solver["integrator"]) == "CVODES" else None)
+    keep = (np.ones(first.n_params, dtype=bool) if native is None
+            else ~_observation_only(first.model, native))
     batches = {}
     for k, part in enumerate(parts):
         observation = part.observation

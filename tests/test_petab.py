@@ -332,16 +332,18 @@ def test_the_gradient_through_the_initial_offsets_matches_finite_differences(
     assert abs(grad[c0]) > 1e-3  # c0 reaches the cost through the start: a real check
 
 
-def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem, tmp_path):
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem, tmp_path,
+                                                                  integrator):
     # Measurement rows with their own noise level (numbers) and their own observable
     # parameter (a name or a number) split a condition into experiments that share one
-    # solve; the objective evaluates their rows as one grid (one theta per row). Its
-    # residual and Jacobian must be those of the experiments one by one.
+    # solve (CVODES; LSODA solves each); the objective evaluates all their rows as one grid
+    # (one theta per row). Its residual and Jacobian must be the experiments' one by one.
     from sklode._objective import objective_for_experiments
     from sklode._validation import check_experiments
     from sklode.models._native import native_unavailable_reason
 
-    if native_unavailable_reason():
+    if integrator == "CVODES" and native_unavailable_reason():
         pytest.skip(native_unavailable_reason())
     for name in ("model.xml", "conditions.tsv", "parameters.tsv", "problem.yaml"):
         (tmp_path / name).write_text((small_problem / name).read_text())
@@ -365,7 +367,7 @@ def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem,
     fitted = np.array([n in problem.parameter_names for n in model.param_names])
     objective, u0 = objective_for_experiments(
         model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
-        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-10, atol=1e-12,
+        noise_kind=problem.noise_kind, integrator=integrator, rtol=1e-10, atol=1e-12,
         positive=[False if n not in problem.parameter_names else "log10"
                   for n in model.param_names])
     assert sum(len(b.parts) for b in objective.batches) == len(problem.experiments)
@@ -385,8 +387,11 @@ def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem,
         down[j] -= h
         numeric = (objective.residual(up) - objective.residual(down)) / (2 * h)
         # central differences of residuals solved at 1e-10: ~1e-6 of the column's scale
-        np.testing.assert_allclose(J[:, j], numeric, rtol=1e-5,
-                                   atol=1e-5 * np.max(np.abs(numeric)))
+        # under CVODES; LSODA's sensitivities (collocation on its steps, which cross the
+        # drive's switch at t = 1.5) measured 3e-5, so 3e-4 as for the gradient above
+        tol = 1e-5 if integrator == "CVODES" else 3e-4
+        np.testing.assert_allclose(J[:, j], numeric, rtol=tol,
+                                   atol=tol * np.max(np.abs(numeric)))
     assert np.count_nonzero(J[:, scale_A]) > 0  # read on rows of both conditions
 
 

@@ -669,6 +669,15 @@ def compile_grid(function, n_in, n_params, n_out, label):
             if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-10,
                                                               atol=1e-12, equal_nan=True):
                 raise _Unsupported("the grid function differs from torch on a random grid")
+        # one theta per grid point (an experiment whose observation parameters change
+        # between its rows): each point as with its own theta alone
+        thetas = theta * rng.uniform(0.5, 1.5, (x.shape[0], n_params))
+        for function in functions:
+            rows = function(t, x, thetas)
+            alone = np.stack([function(t[i:i + 1], x[i:i + 1], thetas[i])[0]
+                              for i in range(x.shape[0])])
+            if not np.allclose(rows, alone, rtol=1e-12, atol=1e-14, equal_nan=True):
+                raise _Unsupported("the grid function differs with one theta per point")
     except Exception as exc:  # noqa: BLE001 -- any failure means: keep torch
         logger.debug("%s keeps torch: %s: %s", label, type(exc).__name__, exc)
         return None
