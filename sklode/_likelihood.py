@@ -284,6 +284,61 @@ class Observation:
         """Observed entries."""
         return int(self.mask.sum())
 
+    @property
+    def takes_rows_of_parameters(self):
+        """Whether :meth:`residual` and :meth:`jacobians` take one theta per time (shape
+        ``(n_times, n_params)``): the compiled observation and noise models, no Laplace
+        column (the torch path takes one theta)."""
+        return not self._any_laplace and self._compiled_observation() is not None
+
+    @classmethod
+    def stacked(cls, observations):
+        """The observations of several experiments as one, their times stacked in the order
+        given (one theta per time then tells each row's parameters apart).
+
+        Parameters
+        ----------
+        observations : list of Observation
+            Of one model and one noise kind per observable, all with
+            :attr:`takes_rows_of_parameters`.
+
+        Returns
+        -------
+        stacked : Observation
+            Over every observable any of them holds; each entry keeps its own data, known
+            noise level and noise rows' constant.
+        rows : list of ndarray of int
+            Where each observation's residual rows are in the stacked residual, in its own
+            order.
+        """
+        first = observations[0]
+        columns = sorted({c for o in observations for c in o.columns})
+        kinds = {c: k for o in observations for c, k in zip(o.columns, o.kinds)}
+        where = {c: j for j, c in enumerate(columns)}
+        n_rows, m = sum(o.n_times for o in observations), len(columns)
+        Y = np.full((n_rows, m), np.nan)
+        sigma = None if first.modelled_noise else np.ones((n_rows, m))
+        offset, floor = np.zeros((n_rows, m)), np.ones((n_rows, m))
+        rows, start = [], 0
+        for o in observations:
+            n, cols = o.n_times, np.array([where[c] for c in o.columns])
+            block = np.ix_(np.arange(start, start + n), cols)
+            Y[block] = o.Y
+            if sigma is not None:
+                sigma[block] = o._sigma.numpy()
+            # the noise rows' constant and floor stay each experiment's own (from its data)
+            offset[block] = o._offset.numpy()
+            floor[block] = o._noise_floor
+            data = ((start + np.arange(n))[:, None] * m + cols[None, :]).ravel()
+            rows.append(np.concatenate([data, n_rows * m + data]) if first.modelled_noise
+                        else data)
+            start += n
+        stacked = cls(first.model, columns, np.concatenate([o.t for o in observations]), Y,
+                      [kinds[c] for c in columns], sigma)
+        stacked._offset = torch.from_numpy(offset)
+        stacked._noise_floor = floor
+        return stacked, rows
+
     # ------------------------------------------------------------------ torch rows
     def _predicted(self, t, x, theta, sigma):
         """The data columns' observables ``h`` and standard deviations ``s`` (the model's

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import torch
 
 from ._initial_state import start_from_data
 from ._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
@@ -773,7 +772,7 @@ def _batch_observations(parts):
     for k, part in enumerate(parts):
         observation = part.observation
         if (observation is None or part.n_x0 or part.preequilibration is not None
-                or observation._any_laplace or observation._compiled_observation() is None):
+                or not observation.takes_rows_of_parameters):
             continue
         A, c = (part.theta_map if part.theta_map is not None
                 else (np.eye(part.n_params), np.zeros(part.n_params)))
@@ -819,37 +818,10 @@ class _ObservationBatch:
         self.groups = [[parts[k] for k in group] for group in groups]
         self.indices = [k for group in groups for k in group]
         self.parts = [parts[k] for k in self.indices]
-        first = self.parts[0]
-        columns = sorted({c for p in self.parts for c in p.observation.columns})
-        kinds = {c: k for p in self.parts for c, k in zip(p.observation.columns,
-                                                          p.observation.kinds)}
-        where = {c: j for j, c in enumerate(columns)}
-        n_rows, m = sum(p.t.size for p in self.parts), len(columns)
-        modelled = first.observation.modelled_noise
-        Y = np.full((n_rows, m), np.nan)
-        sigma = None if modelled else np.ones((n_rows, m))
-        offset, floor = np.zeros((n_rows, m)), np.ones((n_rows, m))
-        self.rows, self.maps = [], []
-        start = 0
-        for p in self.parts:
-            o = p.observation
-            n, cols = o.n_times, np.array([where[c] for c in o.columns])
-            block = np.ix_(np.arange(start, start + n), cols)
-            Y[block] = o.Y
-            if sigma is not None:
-                sigma[block] = o._sigma.numpy()
-            # the noise rows' constant and floor are each experiment's own (from its data)
-            offset[block] = o._offset.numpy()
-            floor[block] = o._noise_floor
-            data = ((start + np.arange(n))[:, None] * m + cols[None, :]).ravel()
-            self.rows.append(np.concatenate([data, n_rows * m + data]) if modelled else data)
-            A = p.theta_map[0] if p.theta_map is not None else np.eye(p.n_params)
-            self.maps.append(A[:, p.fitted])
-            start += n
-        self.observation = Observation(first.model, columns, np.concatenate(
-            [p.t for p in self.parts]), Y, [kinds[c] for c in columns], sigma)
-        self.observation._offset = torch.from_numpy(offset)
-        self.observation._noise_floor = floor
+        self.observation, self.rows = Observation.stacked([p.observation for p in self.parts])
+        # each experiment's map, on the fitted parameters (its observation rows' theta)
+        self.maps = [(p.theta_map[0] if p.theta_map is not None else np.eye(p.n_params))[
+            :, p.fitted] for p in self.parts]
         self.counts = [p.t.size for p in self.parts]
         # each group's rows' times on its trajectory (a shared solve's union of times)
         self.times = [np.concatenate([g[0].shared_solve.layout[id(p)][0] for p in g])
