@@ -83,7 +83,7 @@ def one(name, starts):
             "exitflags": [int(r.exitflag) if r.exitflag is not None else None
                           for r in by_start],
             "within_0.1": int(np.sum(np.array(fvals) <= np.nanmin(fvals) + 0.1)),
-            "pypesto": pypesto.__version__}
+            "pypesto": pypesto.__version__, "date": time.strftime("%Y-%m-%d")}
 
 
 def main(names):

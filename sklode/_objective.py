@@ -56,6 +56,9 @@ class _Objective:
     #: solve the next points' states together with the sensitivities the Jacobian will ask
     #: for (the CVODES path): an optimiser sets it where it expects to want the Jacobian
     prefetch_sensitivities = False
+    #: where CVODES fails on the sensitivities, compute them on LSODA's trajectory (else the
+    #: Jacobian raises IntegrationError: a trust region rejects the point and shrinks)
+    sensitivities_fall_back = True
 
     def to_u(self, z):
         """Optimiser variables from the unknowns.
@@ -554,7 +557,8 @@ class LeastSquaresObjective(_Objective):
         traj, _, _, x0, theta = self._evaluate(u)
         self.n_derivative += 1
         with_x0, params, start = self.sensitivity_request(theta)
-        S = sensitivities(self.model, theta, traj, with_x0=with_x0, params=params, start=start)
+        S = sensitivities(self.model, theta, traj, with_x0=with_x0, params=params, start=start,
+                          fall_back=self.sensitivities_fall_back)
         if self.preequilibration is None:
             S = self._unknown_columns(S)
         else:  # the start moves with theta through the steady state: chain it in
@@ -871,7 +875,7 @@ class _ObservationBatch:
             first.n_derivative += 1
             _, _, start = first.sensitivity_request(theta)
             S = sensitivities(first.model, theta, traj, with_x0=False, params=needed,
-                              start=start)
+                              start=start, fall_back=first.sensitivities_fall_back)
             # the field's columns agree across a group (it reads none of the parameters
             # its experiments' maps differ in): the first experiment's map serves all
             S_rows.append(first._unknown_columns(S)[times])
@@ -950,6 +954,16 @@ class ExperimentsObjective(_Objective):
     def prefetch_sensitivities(self, value):
         for part in self.parts:
             part.prefetch_sensitivities = value
+
+    @property
+    def sensitivities_fall_back(self):
+        """Whether the experiments' Jacobians fall back to LSODA where CVODES fails."""
+        return self.parts[0].sensitivities_fall_back
+
+    @sensitivities_fall_back.setter
+    def sensitivities_fall_back(self, value):
+        for part in self.parts:
+            part.sensitivities_fall_back = value
 
     @property
     def max_evaluations(self):

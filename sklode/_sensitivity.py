@@ -534,7 +534,8 @@ def _native_sensitivities(traj, with_x0, params=None, start=None):
 
 
 # ----------------------------------------------------------------------------- the two passes
-def sensitivities(model, theta, traj, with_x0=True, params=None, start=None):
+def sensitivities(model, theta, traj, with_x0=True, params=None, start=None,
+                  fall_back=True):
     """Forward sensitivities of the state at the observation times.
 
     Parameters
@@ -554,6 +555,11 @@ def sensitivities(model, theta, traj, with_x0=True, params=None, start=None):
         ``d x0 / d theta`` where the initial state depends on the parameters
         (:meth:`~sklode.ODEModel.initial_offsets`): the parameters' columns start there,
         so they are total derivatives.
+    fall_back : bool, default=True
+        Where CVODES fails on the sensitivities, compute them on LSODA's trajectory (True)
+        or raise :class:`~sklode.exceptions.IntegrationError` (False: a trust region
+        then rejects the point, as where AMICI fails; LSODA's trajectory across a jump in
+        the field can cost 10^5 times CVODES' held switches).
 
     Returns
     -------
@@ -566,6 +572,9 @@ def sensitivities(model, theta, traj, with_x0=True, params=None, start=None):
             S = _native_sensitivities(traj, with_x0, params, start)  # CVODES' own
             if S is not None:
                 return S
+            if not fall_back:
+                raise IntegrationError("CVODES could not integrate the sensitivities at "
+                                       "this point.")
         traj = traj.scipy()  # many columns: the collocation pass on LSODA's trajectory
     n = traj.x0.size
     p = model.n_params

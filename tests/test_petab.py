@@ -436,6 +436,38 @@ def test_a_prefetching_solve_brings_the_jacobians_sensitivities(small_problem, m
     np.testing.assert_allclose(J_one, J_two, rtol=1e-7, atol=1e-7 * np.max(np.abs(J_two)))
 
 
+def test_failed_cvodes_sensitivities_fall_back_or_reject(small_problem, monkeypatch):
+    # Where CVODES fails on the sensitivities, the Jacobian is LSODA's (the default, for a
+    # start or a covariance) or an IntegrationError (inside Fides: the point is rejected)
+    import sklode._sensitivity as sensitivity_module
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+    from sklode.exceptions import IntegrationError
+    from sklode.models._native import native_unavailable_reason
+
+    if native_unavailable_reason():
+        pytest.skip(native_unavailable_reason())
+    problem = sk_petab.load(small_problem / "problem.yaml")
+    model = problem.model
+    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
+                             min_samples=1, warn_initial_time=False)
+    fitted = np.array([n in problem.parameter_names for n in model.param_names])
+    objective, u0 = objective_for_experiments(
+        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
+        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-10, atol=1e-12)
+    J = objective.jacobian(u0)
+    monkeypatch.setattr(sensitivity_module, "_native_sensitivities", lambda *a, **k: None)
+    u1 = u0 + 1e-13  # a new point (the objective keeps the last one's sensitivities)
+    objective.sensitivities_fall_back = False
+    with pytest.raises(IntegrationError, match="sensitivities"):
+        objective.jacobian(u1)
+    objective.sensitivities_fall_back = True
+    # LSODA's trajectory and the collocation sensitivities: 3e-4 of the scale, as in the
+    # gradient test above (the drive's switch at t = 1.5)
+    np.testing.assert_allclose(objective.jacobian(u1), J, rtol=3e-4,
+                               atol=3e-4 * np.max(np.abs(J)))
+
+
 def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkeypatch):
     pytest.importorskip("fides")
     import sklode.adjoint._solver as solver

@@ -271,6 +271,11 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
                 # Coleman-Li term it subtracts is >= 0) and shrinks the trust region exactly
                 # as for a non-finite cost. Saying so spares the sensitivity solve.
                 return rejected
+            # a trial point whose CVODES sensitivities fail is rejected, as pyPESTO does
+            # where AMICI fails, rather than differentiated on LSODA's trajectory (across
+            # Weber et al.'s dose at t = 24 that took minutes a point, where CVODES' held
+            # switch takes milliseconds); the start takes LSODA's rather than fail
+            objective.sensitivities_fall_back = not evaluated[0]
             J = objective.jacobian(u)
         except IntegrationError:
             if not evaluated[0]:
@@ -301,8 +306,10 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
         return AdjointResult(u=np.array(optimizer.x_min), n_iter=int(optimizer.iteration),
                              converged=False, solver=solver,
                              stop_reason=f"stopped on a non-finite step ({exc})")
-    finally:  # later solves (the covariance, predictions) want the states alone
+    finally:  # later solves (the covariance, predictions) want the states alone, and
+        # the scipy path where CVODES fails
         objective.prefetch_sensitivities = False
+        objective.sensitivities_fall_back = True
     flag = optimizer.exitflag
     reasons = {
         fides.ExitFlag.FTOL: f"cost changed by less than {tol:g} (absolute + relative)",
