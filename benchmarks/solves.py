@@ -11,7 +11,7 @@ without and with forward sensitivities, rtol 1e-8, atol 1e-10, CPU best of at le
 * sklode's scipy path: LSODA (``odeint``) on the compiled numpy field and Jacobian, and its
   Gauss-collocation forward sensitivities on the stored trajectory;
 * sklode's compiled path: ``integrator="CVODES"`` (the model written as C, compiled once,
-  CVODES BDF with simultaneous forward sensitivities);
+  CVODES BDF with staggered forward sensitivities);
 * for SEIRD and Lorenz-63, ``odeint`` with a hand-written numpy field and Jacobian.
 
 Also the one-time cost per model: the checks and the numpy compilation (``check_model``),
