@@ -415,12 +415,14 @@ class LeastSquaresObjective(_Objective):
         theta : ndarray of shape (n_params,)
             The experiment's parameters (:meth:`experiment_theta`).
         x0 : ndarray of shape (n_states,)
+            The state at the experiment's start.
         prefetch : tuple, optional
             Sensitivities to solve along (:func:`~sklode._sensitivity.forward_trajectory`).
 
         Returns
         -------
         Trajectory
+            The states at the experiment's times (and what the derivative passes need).
         """
         shared = self.__dict__.get("shared_solve")
         if shared is not None:
@@ -582,8 +584,23 @@ class LeastSquaresObjective(_Objective):
         return np.vstack([J_data, block])
 
     def sensitivity_request(self, theta):
-        """``(with_x0, params, start)``: the sensitivities :meth:`jacobian_z` asks for at
-        this experiment's parameters ``theta`` (what a prefetching solve computes)."""
+        """The sensitivities :meth:`jacobian_z` asks for (what a prefetching solve computes).
+
+        Parameters
+        ----------
+        theta : ndarray of shape (n_params,)
+            This experiment's parameters (:meth:`experiment_theta`).
+
+        Returns
+        -------
+        with_x0 : bool
+            Whether the columns of the initial state are wanted.
+        params : ndarray of int or None
+            The parameters whose columns are wanted (None: all).
+        start : ndarray of shape (n_states, n_params) or None
+            The start's derivative in the parameters, where the initial values depend on
+            them.
+        """
         if self.preequilibration is not None:  # every column, chained through the rest
             return True, None, None
         # initial offsets: the parameters' columns start at their derivative (sx0)
