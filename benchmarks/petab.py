@@ -164,8 +164,8 @@ def write_markdown(results):
             "day given; on petab's flattened problem where AMICI refuses time-point-specific "
             "mappings: Fiedler). 'within 0.1': starts whose final -log L is within 0.1 of "
             "that tool's best. The CPU of one multistart run varies between runs (pyPESTO on "
-            "Bertozzi: 7.6 and 5.9 s on two days), which is why the small problems' pyPESTO "
-            "runs were repeated beside sklode's.",
+            "Bertozzi: 7.6 and 5.9 s on two days), which is why pyPESTO's runs were repeated on "
+            "the day of sklode's.",
             "",
             "| problem | starts | nominal -log L | sklode best | within 0.1 | sklode CPU s | "
             "pyPESTO best | within 0.1 | pyPESTO CPU s | CPU sklode / pyPESTO | pyPESTO run |",
