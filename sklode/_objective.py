@@ -840,9 +840,6 @@ class _ObservationBatch:
         self.indices = [k for group in groups for k in group]
         self.parts = [parts[k] for k in self.indices]
         self.observation, self.rows = Observation.stacked([p.observation for p in self.parts])
-        # each experiment's map, on the fitted parameters (its observation rows' theta)
-        self.maps = [(p.theta_map[0] if p.theta_map is not None else np.eye(p.n_params))[
-            :, p.fitted] for p in self.parts]
         self.counts = [p.t.size for p in self.parts]
         # each group's rows' times on its trajectory (a shared solve's union of times)
         self.times = [np.concatenate([g[0].shared_solve.layout[id(p)][0] for p in g])
@@ -900,7 +897,9 @@ class _ObservationBatch:
         J_x, J_theta = self.observation.jacobians(X, per_row)
         J_data = np.einsum("rd,rdq->rq", J_x,
                            np.concatenate(S_rows)[self.observation.row_times()])
-        return [J_data[rows] + J_theta[rows] @ A for rows, A in zip(self.rows, self.maps)]
+        # each experiment's observation rows through its own map (its theta per row)
+        return [J_data[rows] + p._unknown_columns(J_theta[rows], x0_part=False)
+                for p, rows in zip(self.parts, self.rows)]
 
 
 def _share_steady_states(parts):
@@ -927,6 +926,19 @@ def _share_steady_states(parts):
         shared = SharedSteadyState(None if read is None else np.flatnonzero(read))
         for part in members:
             part.shared_steady_state = shared
+
+
+def _every_experiment(name, doc):
+    """A setting every experiment of an :class:`ExperimentsObjective` holds: read from the
+    first, written to all."""
+    def get(self):
+        return getattr(self.parts[0], name)
+
+    def set_all(self, value):
+        for part in self.parts:
+            setattr(part, name, value)
+
+    return property(get, set_all, doc=doc)
 
 
 class ExperimentsObjective(_Objective):
@@ -962,35 +974,15 @@ class ExperimentsObjective(_Objective):
         _share_steady_states(self.parts)
         self.batches = _batch_observations(self.parts)
 
-    @property
-    def prefetch_sensitivities(self):
-        """Whether the experiments' next solves bring their sensitivities along."""
-        return self.parts[0].prefetch_sensitivities
-
-    @prefetch_sensitivities.setter
-    def prefetch_sensitivities(self, value):
-        for part in self.parts:
-            part.prefetch_sensitivities = value
-
-    @property
-    def sensitivities_fall_back(self):
-        """Whether the experiments' Jacobians fall back to LSODA where CVODES fails."""
-        return self.parts[0].sensitivities_fall_back
-
-    @sensitivities_fall_back.setter
-    def sensitivities_fall_back(self, value):
-        for part in self.parts:
-            part.sensitivities_fall_back = value
-
-    @property
-    def max_evaluations(self):
-        """Field evaluations allowed per forward solve (shared by the experiments)."""
-        return self.parts[0].max_evaluations
-
-    @max_evaluations.setter
-    def max_evaluations(self, value):
-        for part in self.parts:
-            part.max_evaluations = value
+    prefetch_sensitivities = _every_experiment(
+        "prefetch_sensitivities", "Whether the experiments' next solves bring their "
+        "sensitivities along.")
+    sensitivities_fall_back = _every_experiment(
+        "sensitivities_fall_back", "Whether the experiments' Jacobians fall back to LSODA "
+        "where CVODES fails.")
+    max_evaluations = _every_experiment(
+        "max_evaluations", "Field evaluations allowed per forward solve (shared by the "
+        "experiments).")
 
     @property
     def n_forward(self):

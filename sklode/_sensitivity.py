@@ -301,9 +301,10 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
         return states, full, n_evaluations
 
     states = None
-    n = x0.size  # (the work test of sensitivities(): beyond it the scipy path is taken)
-    if prefetch is not None and n * ((n if prefetch[0] else 0) + _columns_read(
-            native.param_in_field, prefetch[1]).size) <= NATIVE_MAX_WORK_JACOBIAN:
+    # (the work test of sensitivities(): beyond it the scipy path is taken)
+    if prefetch is not None and _native_work(None, prefetch[0], prefetch[1], n=x0.size,
+                                             reads=native.param_in_field) <= \
+            NATIVE_MAX_WORK_JACOBIAN:
         columns, key = request(*prefetch)
         try:
             states, cache[key], n_evaluations = with_sensitivities(prefetch[0], columns,
@@ -345,10 +346,12 @@ def _columns_read(read, params):
     return np.flatnonzero(read)
 
 
-def _native_work(traj, with_x0, params=None):
-    """States x sensitivity columns of a CVODES request: what its cost grows with."""
-    n = traj.x0.size
-    return n * ((n if with_x0 else 0) + _columns_read(traj.native_reads, params).size)
+def _native_work(traj, with_x0, params=None, n=None, reads=None):
+    """States x sensitivity columns of a CVODES request: what its cost grows with (of a
+    trajectory, or of ``n`` states whose field reads ``reads`` before it is solved)."""
+    n = traj.x0.size if traj is not None else n
+    reads = traj.native_reads if traj is not None else reads
+    return n * ((n if with_x0 else 0) + _columns_read(reads, params).size)
 
 
 # ----------------------------------------------------------------------------- stage algebra

@@ -300,25 +300,31 @@ def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):
                                   est.predict(problem.experiments)[0])
 
 
+def _posed(problem, theta0=None, **settings):
+    """The objective of ``problem``'s experiments (its estimated parameters fitted) and its
+    start ``u0``, as AdjointODE poses it; theta0 default: the nominal values times 1.1."""
+    from sklode._objective import objective_for_experiments
+    from sklode._validation import check_experiments
+
+    model = problem.model
+    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
+                             min_samples=1, warn_initial_time=False)
+    fitted = np.array([n in problem.parameter_names for n in model.param_names])
+    theta0 = problem.theta(problem.nominal * 1.1) if theta0 is None else theta0
+    return objective_for_experiments(model, data, theta0=theta0, fitted=fitted,
+                                     noise_kind=problem.noise_kind, **settings)
+
+
 @pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
 def test_the_gradient_through_the_initial_offsets_matches_finite_differences(
         small_problem, integrator):
     # c0 sets C's start (and nuc B's): the derivative of the start in theta enters the
     # sensitivities (Jacobian) and the adjoint gradient
-    from sklode._objective import objective_for_experiments
-    from sklode._validation import check_experiments
-
     problem = sk_petab.load(small_problem / "problem.yaml")
-    model = problem.model
-    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
-                             min_samples=1, warn_initial_time=False)
-    fitted = np.array([n in problem.parameter_names for n in model.param_names])
-    objective, u0 = objective_for_experiments(
-        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
-        noise_kind=problem.noise_kind, integrator=integrator, rtol=1e-11, atol=1e-12)
+    objective, u0 = _posed(problem, integrator=integrator, rtol=1e-11, atol=1e-12)
     _, grad = objective.value_and_grad(u0, "adjoint")
     from_jacobian = objective.jacobian(u0).T @ objective.residual(u0)
-    c0 = list(np.array(model.param_names)[fitted]).index("c0")
+    c0 = list(np.array(problem.model.param_names)[objective.fitted]).index("c0")
     for j in range(u0.size):
         h = 1e-5  # at 1e-6 the adaptive solves' noise reached 1e-4 of the difference
         up, down = u0.copy(), u0.copy()
@@ -339,8 +345,6 @@ def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem,
     # parameter (a name or a number) split a condition into experiments that share one
     # solve (CVODES; LSODA solves each); the objective evaluates all their rows as one grid
     # (one theta per row). Its residual and Jacobian must be the experiments' one by one.
-    from sklode._objective import objective_for_experiments
-    from sklode._validation import check_experiments
     from sklode.models._native import native_unavailable_reason
 
     if integrator == "CVODES" and native_unavailable_reason():
@@ -362,14 +366,9 @@ def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem,
     problem = sk_petab.load(tmp_path / "problem.yaml")
     assert len(problem.experiments) > 2  # the rows' values split the two conditions
     model = problem.model
-    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
-                             min_samples=1, warn_initial_time=False)
-    fitted = np.array([n in problem.parameter_names for n in model.param_names])
-    objective, u0 = objective_for_experiments(
-        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
-        noise_kind=problem.noise_kind, integrator=integrator, rtol=1e-10, atol=1e-12,
-        positive=[False if n not in problem.parameter_names else "log10"
-                  for n in model.param_names])
+    objective, u0 = _posed(problem, integrator=integrator, rtol=1e-10, atol=1e-12,
+                           positive=[False if n not in problem.parameter_names else "log10"
+                                     for n in model.param_names])
     assert sum(len(b.parts) for b in objective.batches) == len(problem.experiments)
     r, J = objective.residual(u0), objective.jacobian(u0)
     batches, objective.batches = objective.batches, []
@@ -379,7 +378,7 @@ def test_per_row_observation_parameters_are_evaluated_as_one_grid(small_problem,
     np.testing.assert_allclose(objective.residual(u0), r, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(objective.jacobian(u0), J, rtol=1e-12, atol=1e-12)
     objective.batches = batches
-    scale_A = list(np.array(model.param_names)[fitted]).index("scale_A")
+    scale_A = list(np.array(model.param_names)[objective.fitted]).index("scale_A")
     for j in range(u0.size):
         h = 1e-6
         up, down = u0.copy(), u0.copy()
@@ -400,20 +399,12 @@ def test_a_prefetching_solve_brings_the_jacobians_sensitivities(small_problem, m
     # are solved with the sensitivities the Jacobian asks for, one CVODES solve per
     # experiment instead of two, and the residual and Jacobian are those of the two solves
     import sklode._sensitivity as sensitivity_module
-    from sklode._objective import objective_for_experiments
-    from sklode._validation import check_experiments
     from sklode.models._native import native_unavailable_reason
 
     if native_unavailable_reason():
         pytest.skip(native_unavailable_reason())
     problem = sk_petab.load(small_problem / "problem.yaml")
-    model = problem.model
-    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
-                             min_samples=1, warn_initial_time=False)
-    fitted = np.array([n in problem.parameter_names for n in model.param_names])
-    objective, u0 = objective_for_experiments(
-        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
-        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-10, atol=1e-12)
+    objective, u0 = _posed(problem, integrator="CVODES", rtol=1e-10, atol=1e-12)
     solves = []
     original = sensitivity_module._native_solve
 
@@ -440,21 +431,13 @@ def test_failed_cvodes_sensitivities_fall_back_or_reject(small_problem, monkeypa
     # Where CVODES fails on the sensitivities, the Jacobian is LSODA's (the default, for a
     # start or a covariance) or an IntegrationError (inside Fides: the point is rejected)
     import sklode._sensitivity as sensitivity_module
-    from sklode._objective import objective_for_experiments
-    from sklode._validation import check_experiments
     from sklode.exceptions import IntegrationError
     from sklode.models._native import native_unavailable_reason
 
     if native_unavailable_reason():
         pytest.skip(native_unavailable_reason())
     problem = sk_petab.load(small_problem / "problem.yaml")
-    model = problem.model
-    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
-                             min_samples=1, warn_initial_time=False)
-    fitted = np.array([n in problem.parameter_names for n in model.param_names])
-    objective, u0 = objective_for_experiments(
-        model, data, theta0=problem.theta(problem.nominal * 1.1), fitted=fitted,
-        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-10, atol=1e-12)
+    objective, u0 = _posed(problem, integrator="CVODES", rtol=1e-10, atol=1e-12)
     J = objective.jacobian(u0)
     monkeypatch.setattr(sensitivity_module, "_native_sensitivities", lambda *a, **k: None)
     u1 = u0 + 1e-13  # a new point (the objective keeps the last one's sensitivities)
@@ -674,11 +657,16 @@ WEBER_START_THETA = [
     0.011889379831773003, 2.954894558726683]
 
 
-def _weber_native_solver():
-    native = sk_petab.load(_collection_problem("Weber_BMC2015")).model.native_solver()
-    if native is None:
+def _weber_problem():
+    """Weber et al. 2015, skipped where its model cannot be compiled."""
+    problem = sk_petab.load(_collection_problem("Weber_BMC2015"))
+    if problem.model.native_solver() is None:
         pytest.skip("no C compiler or SUNDIALS here")
-    return native
+    return problem
+
+
+def _weber_native_solver():
+    return _weber_problem().model.native_solver()
 
 
 def test_weber_dose_at_24_is_crossed_in_few_steps_and_given_from_a_start_at_24():
@@ -732,20 +720,10 @@ def test_cvodes_sensitivities_converge_past_webers_dose_from_its_18th_start():
     # simultaneous corrector on states and sensitivities failed to converge just after the
     # dose (CV_CONV_FAILURE at t = 24.7; at this theta rounded otherwise it passed: it was at
     # its edge); the staggered one converges, so the fit's Jacobian there is CVODES' own
-    from sklode._objective import objective_for_experiments
-    from sklode._validation import check_experiments
-
-    _weber_native_solver()  # skips without a compiler
-    problem = sk_petab.load(_collection_problem("Weber_BMC2015"))
-    start = problem.starts(20, random_state=0)[17]
-    model = problem.model
-    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
-                             min_samples=1, warn_initial_time=False)
-    fitted = np.array([n in problem.parameter_names for n in model.param_names])
-    est = problem.estimator(theta0=start)
-    objective, u0 = objective_for_experiments(
-        model, data, theta0=est.theta0, fitted=fitted, positive=est.positive,
-        noise_kind=problem.noise_kind, integrator="CVODES", rtol=1e-8, atol=1e-10)
+    problem = _weber_problem()
+    est = problem.estimator(theta0=problem.starts(20, random_state=0)[17])
+    objective, u0 = _posed(problem, theta0=est.theta0, positive=est.positive,
+                           integrator="CVODES", rtol=1e-8, atol=1e-10)
     objective.sensitivities_fall_back = False
     objective.max_evaluations = 20_000  # a fit's step budget for trial points (its floor)
     J = objective.jacobian(u0)  # raised IntegrationError with the simultaneous corrector
