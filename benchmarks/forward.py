@@ -3,11 +3,13 @@
 1. Per-call cost of the pointwise field for every zoo model: the torch path
    (``model.f``), the compiled one (``model.pointwise_field()``) and, where the baseline has
    one, the hand-written numpy field of ``benchmarks/baselines.py``.
-2. AdjointODE (defaults) against the loop a user writes by hand (``solve_ivp`` inside
-   ``least_squares`` with a finite-difference Jacobian on a numpy field, same data and start)
-   on the seed's SEIRD examples and on four systems outside the papers (partial observation,
-   x0 estimated): CPU seconds of a warm fit and of the loop (best of three each), and of the
-   first fit of a fresh process (a subprocess per system, its imports excluded).
+2. AdjointODE (defaults: ``integrator="auto"``, and with ``integrator="LSODA"``) against
+   the loop a user writes by hand (``solve_ivp`` inside ``least_squares`` with a
+   finite-difference Jacobian on a numpy field, same data and start) on the seed's SEIRD
+   examples and on four systems outside the papers (partial observation, x0 estimated): CPU
+   seconds of a warm fit and of the loop (best of three each), and of the first fit of a
+   fresh process (a subprocess per system, its imports excluded, the C compiler's CPU
+   included), with the build cache filled and empty.
 3. ``predict`` on 20,000 times against ``solve_ivp`` (LSODA) with a numpy field.
 4. Wall time of ``import sklode`` and ``sklode --help`` in fresh processes.
 5. ``solves``: every condition of the PEtab development problems (and SEIRD, Lorenz-63)
@@ -175,48 +177,64 @@ def _best(fn, repeat=3):
 
 
 def fit_pair(name):
-    """Warm CPU of AdjointODE and of the hand-written loop on one system (and the costs)."""
+    """Warm CPU of AdjointODE (its default integrator, and LSODA) and of the hand-written
+    loop on one system (and the costs they reach)."""
     from baselines import least_squares_fit, least_squares_like_adjoint
 
     from sklode import AdjointODE
+    from sklode.integrate import integrator_for
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if name in SYSTEMS:
             model, t, Y, fit, base = system_problem(name)
-            AdjointODE(model, **fit).fit(t, Y)  # warm: the model's field compiled, caches
+            AdjointODE(model, **fit).fit(t, Y)  # warm: the field compiled, the C build
             cpu, est = _best(lambda: AdjointODE(model, **fit).fit(t, Y))
-            AdjointODE(model, **fit, integrator="CVODES").fit(t, Y)  # warm: the C build
-            cv_cpu, cv_est = _best(lambda: AdjointODE(model, **fit, integrator="CVODES")
+            AdjointODE(model, **fit, integrator="LSODA").fit(t, Y)
+            ls_cpu, ls_est = _best(lambda: AdjointODE(model, **fit, integrator="LSODA")
                                    .fit(t, Y))
             base_cpu, res = _best(lambda: least_squares_fit(model, t, Y, **base))
         else:
             problem, data, est0 = seird_problem(name)
+            model = est0.model
             est0.fit(data.t, data.Y)
             cpu, est = _best(lambda: seird_problem(name)[2].fit(data.t, data.Y))
-            seird_problem(name)[2].set_params(integrator="CVODES").fit(data.t, data.Y)
-            cv_cpu, cv_est = _best(lambda: seird_problem(name)[2].set_params(
-                integrator="CVODES").fit(data.t, data.Y))
+            seird_problem(name)[2].set_params(integrator="LSODA").fit(data.t, data.Y)
+            ls_cpu, ls_est = _best(lambda: seird_problem(name)[2].set_params(
+                integrator="LSODA").fit(data.t, data.Y))
             base_cpu, res = _best(lambda: least_squares_like_adjoint(problem, data.Y))
     return {"adjoint_cpu": cpu, "loop_cpu": base_cpu, "adjoint_cost": float(est.loss_history_[-1]),
-            "loop_cost": float(res.cost), "cvodes_cpu": cv_cpu,
-            "cvodes_cost": float(cv_est.loss_history_[-1])}
+            "loop_cost": float(res.cost), "lsoda_cpu": ls_cpu,
+            "lsoda_cost": float(ls_est.loss_history_[-1]),
+            "default_integrator": integrator_for(model, "auto")}
 
 
-def first_fit(name):
-    """CPU of the first AdjointODE fit in a fresh process (imports excluded)."""
+def first_fit(name, cold):
+    """CPU of the first AdjointODE fit in a fresh process (imports excluded), the C
+    compiler's own CPU (a child process) included; ``cold``: with an empty build cache (the
+    data, simulated first, compile the model too: the fit gets a fresh copy of it and an
+    empty cache)."""
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r})\n"
-            "import forward, time, warnings\n"
+            "import forward, os, pickle, resource, tempfile, time, warnings\n"
             "from sklode import AdjointODE\n"
-            f"name = {name!r}\n"
+            f"name, cold = {name!r}, {cold!r}\n"
             "warnings.simplefilter('ignore')\n"
+            "def cpu():\n"
+            "    c = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "    return time.process_time() + c.ru_utime + c.ru_stime\n"
+            "def fresh(model):\n"
+            "    if cold:\n"
+            "        os.environ['SKLODE_CACHE_DIR'] = tempfile.mkdtemp()\n"
+            "    return pickle.loads(pickle.dumps(model))  # without its compiled caches\n"
             "if name in forward.SYSTEMS:\n"
             "    model, t, Y, fit, _ = forward.system_problem(name)\n"
-            "    start = time.process_time(); AdjointODE(model, **fit).fit(t, Y)\n"
+            "    model = fresh(model)\n"
+            "    start = cpu(); AdjointODE(model, **fit).fit(t, Y)\n"
             "else:\n"
             "    problem, data, est = forward.seird_problem(name)\n"
-            "    start = time.process_time(); est.fit(data.t, data.Y)\n"
-            "print(time.process_time() - start)\n")
+            "    est.set_params(model=fresh(est.model))\n"
+            "    start = cpu(); est.fit(data.t, data.Y)\n"
+            "print(cpu() - start)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return float(out.stdout.split()[-1])
@@ -275,7 +293,8 @@ def main(parts):
     if "cold" in parts:
         results["cold"] = cold_start()
     if "fits" in parts:
-        results["fits"] = {name: {**fit_pair(name), "first_fit_cpu": first_fit(name)}
+        results["fits"] = {name: {**fit_pair(name), "first_fit_cpu": first_fit(name, False),
+                                  "first_fit_cold_cpu": first_fit(name, True)}
                            for name in fits}
     if "solves" in parts:
         import solves
@@ -293,16 +312,25 @@ def main(parts):
         lines.append(f"| {key} | {us(r['torch_us'])} | {us(r['compiled_us'])} | "
                      f"{us(r['numpy_us'])} |")
     lines += ["", "## AdjointODE against the hand-written loop (CPU s)", "",
-              "| system | AdjointODE warm | first fit, fresh process | hand-written loop | "
-              "warm / loop | AdjointODE warm, CVODES | CVODES / loop | cost (AdjointODE, "
-              "CVODES, loop) |", "|---|---|---|---|---|---|---|---|"]
+              "AdjointODE with its default `integrator=\"auto\"` (here "
+              f"{', '.join(sorted({r['default_integrator'] for r in results['fits'].values()}))}"
+              ": the model compiled to C and integrated by SUNDIALS' CVODES where a C compiler "
+              "and SUNDIALS are found, LSODA otherwise) and with `integrator=\"LSODA\"`, "
+              "warm (best of 3 in this process); the first fit of a fresh process (imports "
+              "excluded, the C compiler's CPU included) with the build cache "
+              "`~/.cache/sklode/native` filled by an earlier process, and empty (the model "
+              "compiled to C in that fit).", "",
+              "| system | AdjointODE warm | hand-written loop | warm / loop | first fit, "
+              "fresh process | first fit, empty build cache | first fit (empty cache) minus "
+              "loop | AdjointODE warm, LSODA | LSODA / loop | cost (AdjointODE, LSODA, "
+              "loop) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results["fits"].items():
-        cv = r.get("cvodes_cpu")
-        lines.append(f"| {name} | {r['adjoint_cpu']:.2f} | {r['first_fit_cpu']:.2f} | "
-                     f"{r['loop_cpu']:.2f} | {r['adjoint_cpu'] / r['loop_cpu']:.2f} | "
-                     + (f"{cv:.2f} | {cv / r['loop_cpu']:.2f} | " if cv else "– | – | ")
-                     + f"{r['adjoint_cost']:.4g}, {r.get('cvodes_cost', float('nan')):.4g}, "
-                     f"{r['loop_cost']:.4g} |")
+        cold = r.get("first_fit_cold_cpu")
+        lines.append(f"| {name} | {r['adjoint_cpu']:.3f} | {r['loop_cpu']:.3f} | "
+                     f"{r['adjoint_cpu'] / r['loop_cpu']:.2f} | {r['first_fit_cpu']:.2f} | "
+                     + (f"{cold:.2f} | {cold - r['loop_cpu']:+.2f} | " if cold else "– | – | ")
+                     + f"{r['lsoda_cpu']:.3f} | {r['lsoda_cpu'] / r['loop_cpu']:.2f} | "
+                     f"{r['adjoint_cost']:.4g}, {r['lsoda_cost']:.4g}, {r['loop_cost']:.4g} |")
     p, c = results["predict"], results["cold"]
     lines += ["", "## predict on 20,000 times (CPU s)", "",
               f"AdjointODE.predict {p['predict_cpu']:.3f}; solve_ivp (LSODA) with a numpy "

@@ -43,6 +43,18 @@ logger = logging.getLogger("sklode")
 _START_EVALUATIONS = 200_000  # ~8 s of torch evaluations for the starting point's solve
 
 
+def _state_without_solves(obj, names):
+    """``obj.__dict__`` with the kept solves ``names`` emptied, for pickling: a solve on the
+    CVODES path holds the compiled solver (ctypes pointers, which do not pickle), and an
+    objective sent to another process (a start run on a Dask worker, returned with its
+    result) recomputes a solve when it needs one."""
+    state = obj.__dict__.copy()
+    for name in names:
+        if name in state:
+            state[name] = None
+    return state
+
+
 class _Objective:
     """What every AdjointODE cost derives from its primitives: the map between the unknowns
     ``z`` and the optimiser variables ``u`` (``z = scale * u``, or ``exp(scale * u)`` where
@@ -52,6 +64,9 @@ class _Objective:
     A subclass sets ``scale``, ``log_mask`` and ``theta_fixed`` and defines ``residual``,
     ``jacobian_z`` and ``value_and_grad``; it overrides nothing here.
     """
+
+    def __getstate__(self):
+        return _state_without_solves(self, ("_cache_key", "_cache"))
 
     #: solve the next points' states together with the sensitivities the Jacobian will ask
     #: for (the CVODES path): an optimiser sets it where it expects to want the Jacobian
@@ -681,6 +696,9 @@ class _SharedSolve:
     share the last solve while those parameters and the initial state are unchanged.
     """
 
+    def __getstate__(self):
+        return _state_without_solves(self, ("key", "traj"))
+
     def __init__(self, parts, field_params):
         self.parts, self.field_params = parts, field_params
         self.t = np.unique(np.concatenate([p.t for p in parts]))
@@ -726,7 +744,8 @@ def _share_solves(parts):
     from .integrate import _resolve_integrator
 
     first = parts[0]
-    if len(parts) < 2 or _resolve_integrator(first.solver["integrator"]) != "CVODES":
+    if len(parts) < 2 or _resolve_integrator(first.solver["integrator"]) not in ("CVODES",
+                                                                                  "auto"):
         return
     native = first.model.native_solver()
     if native is None:
@@ -786,7 +805,8 @@ def _batch_observations(parts):
     # (only the compiled solve is shared: on the scipy path each experiment is its own
     # group, and the model is not compiled for it)
     native = (first.model.native_solver()
-              if _resolve_integrator(first.solver["integrator"]) == "CVODES" else None)
+              if _resolve_integrator(first.solver["integrator"]) in ("CVODES", "auto")
+              else None)
     keep = (np.ones(first.n_params, dtype=bool) if native is None
             else ~_observation_only(first.model, native))
     batches = {}
@@ -834,6 +854,9 @@ class _ObservationBatch:
         estimated x0, no pre-equilibration; a group's maps differ only in observation-only
         rows and its experiments share a solve (or it is one experiment).
     """
+
+    def __getstate__(self):
+        return _state_without_solves(self, ("_key", "_cache"))
 
     def __init__(self, parts, groups):
         self.groups = [[parts[k] for k in group] for group in groups]
@@ -1245,7 +1268,7 @@ def _prior_and_invariant(n, x0_prior, x0_prior_sigma, invariant, invariant_weigh
 def objective_for_experiment(model, experiment, observed, *, theta0, fitted=None, sigma=1.0,
                              noise_kind="absolute", x0_prior=None, x0_prior_sigma=None,
                              invariant=None, invariant_weight=1e-4, positive=False,
-                             integrator="LSODA", rtol=1e-8, atol=1e-10,
+                             integrator="auto", rtol=1e-8, atol=1e-10,
                              estimator_name="AdjointODE", noise_range=None):
     """The cost of one validated :class:`~sklode._validation.Experiment` and its start ``u0``.
 

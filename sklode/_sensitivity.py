@@ -184,8 +184,9 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
-    if _resolve_integrator(integrator) == "CVODES":
-        native = native_solver_or_warn(model)
+    method = _resolve_integrator(integrator)
+    if method in ("CVODES", "auto"):
+        native = native_solver_or_warn(model) if method == "CVODES" else model.native_solver()
         if native is not None:
             return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
                                       atol=atol, max_steps=_max_steps(max_evaluations),

@@ -54,7 +54,7 @@ def test_common_parameters_exist_with_the_same_defaults(Estimator):
     assert set(COMMON_PARAMETERS) <= set(params)
     defaults = {"theta0": None, "x0": None, "t0": None, "estimate_x0": True, "observed": None,
                 "fixed": None, "bounds": None, "positive": False, "verbose": 0,
-                "integrator": "LSODA", "rtol": 1e-8, "atol": 1e-10}
+                "integrator": "auto", "rtol": 1e-8, "atol": 1e-10}
     assert {k: params[k] for k in defaults} == defaults
 
 

@@ -291,6 +291,64 @@ def test_build_is_cached_and_model_pickles(tmp_path, monkeypatch):
     assert np.all(np.isfinite(X))
 
 
+def test_auto_is_cvodes_where_the_model_compiles_and_lsoda_silently_elsewhere():
+    from sklode.integrate import integrator_for
+
+    compiled = LotkaVolterra()
+    expected = "LSODA" if native_unavailable_reason() else "CVODES"
+    assert integrator_for(compiled, "auto") == integrator_for(compiled, "AUTO") == expected
+    assert integrator_for(compiled, "Radau") == "Radau"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "auto" never warns: LSODA is a choice, not a loss
+        assert integrator_for(Branching(), "auto") == "LSODA"
+        X = simulate(Branching(), [0.5], [2.0], [0.0, 1.0])  # the default is "auto"
+    # x' = -k x from 2: the fallback solves it (to LSODA's rtol 1e-8)
+    np.testing.assert_allclose(X[1], [2.0 * np.exp(-0.5)], rtol=1e-7)
+    t = np.linspace(0.0, 5.0, 11)
+    by_name = simulate(compiled, [2, 1, 4, 1], [5, 3], t, integrator=expected)
+    np.testing.assert_array_equal(simulate(compiled, [2, 1, 4, 1], [5, 3], t), by_name)
+    with pytest.raises(ValueError, match="integrator must be one of"):
+        integrator_for(compiled, "cvode")
+
+
+@needs_native
+def test_a_model_compiled_by_several_threads_at_once_gets_its_c_solver_in_each():
+    # The numpy compilation publishes a torch placeholder while it checks itself; a thread
+    # that built the C solver from that placeholder cached "cannot be compiled" for good.
+    from concurrent.futures import ThreadPoolExecutor
+
+    for _ in range(3):
+        model = SEIRD()
+        barrier = __import__("threading").Barrier(4)
+
+        def build(_):
+            barrier.wait()
+            return model.native_solver()
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            solvers = list(pool.map(build, range(4)))
+        assert all(s is not None for s in solvers), model.native_unavailable_reason()
+        assert len({id(s) for s in solvers}) == 1  # built once, shared
+
+
+@needs_native
+def test_an_objective_that_has_solved_on_cvodes_pickles_and_solves_again():
+    # A start run on a Dask worker returns its objective; the solve it keeps holds the C
+    # solver (ctypes), so it is left behind and recomputed (a worker's result that could
+    # not be sent back hung the fit for good).
+    from sklode.adjoint import build_objective
+
+    model = LotkaVolterra()
+    t = np.linspace(0.0, 10.0, 21)
+    Y = simulate(model, [1.0, 1.0, 1.0, 1.0], [2.0, 1.0], t)
+    objective, u = build_objective(model, t, Y, theta0=np.array([1.2, 1.0, 1.0, 1.0]),
+                                   integrator="CVODES")
+    r, J = objective.residual(u), objective.jacobian(u)
+    copy = pickle.loads(pickle.dumps(objective))
+    np.testing.assert_array_equal(copy.residual(u), r)  # the same solve, bit for bit
+    np.testing.assert_array_equal(copy.jacobian(u), J)
+
+
 class Branching(ODEModel):
     """Python control flow on a value: cannot be recorded, so it cannot be compiled."""
 

@@ -102,8 +102,11 @@ def test_intervals_and_predictions(simulated):
     # a single Experiment gives one array; its etas are those of the fit
     one = pop.predict(data.experiments[2])
     np.testing.assert_allclose(one, individual[2], rtol=1e-6)
+    # re-found from eta = 0 rather than from the fit's previous mode: Fisher scoring stops
+    # when the decrement is below 1e-12 |g| (g ~ 1e2 here, curvature ~ 1e2), which pins
+    # each eta to a few 1e-6 (2.5e-6 seen on the CVODES path); their standard errors are ~0.1
     np.testing.assert_allclose(pop.random_effects(data.experiments[:3]),
-                               pop.random_effects_[:3], atol=1e-6)
+                               pop.random_effects_[:3], atol=1e-5)
 
 
 def test_simulate_has_the_fitted_spread(simulated):

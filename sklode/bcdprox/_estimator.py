@@ -210,8 +210,12 @@ class BCDProxODE(ODEEstimator):
     n_jobs : int, default=None
         joblib workers for the bootstrap's refits (``-1``: all cores); the result does not
         depend on it.
-    integrator : str, default="LSODA"
-        Forward solver of ``predict``/``simulate`` (:data:`sklode.integrate.INTEGRATORS`).
+    integrator : str, default="auto"
+        Forward solver of ``predict``/``simulate`` and of the covariance's sensitivities
+        (:data:`sklode.integrate.INTEGRATORS`).
+        ``"auto"`` (default): the model compiled to C and integrated by SUNDIALS' CVODES
+        where a C compiler and SUNDIALS are found, LSODA otherwise
+        (:func:`sklode.integrate.integrator_for`).
     rtol : float, default=1e-8
         Relative tolerance of those forward solves.
     atol : float, default=1e-10
@@ -339,7 +343,7 @@ class BCDProxODE(ODEEstimator):
                  lam=1.0, order=3, substeps=1,
                  optimizer="gauss-newton", acceleration="anderson", anderson_memory=20,
                  stop="relative", tol=1e-6, max_iter=5000, n_boot=0, random_state=None,
-                 n_jobs=None, integrator="LSODA", rtol=1e-8, atol=1e-10, verbose=0):
+                 n_jobs=None, integrator="auto", rtol=1e-8, atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
         self.x0 = x0

@@ -17,6 +17,7 @@ float64 ndarrays.
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -70,6 +71,18 @@ class _Compiled(NamedTuple):
     jacobian: object
     jacobian_theta: object
     grid: object
+
+
+class _Building(_Compiled):
+    """The torch path, published on a model while its field is being compiled (the
+    compiler's checks evaluate the model through it); other threads wait for the result."""
+
+
+# One lock for every model's compilation: a thread that finds a model being compiled by
+# another waits for the compiled field instead of taking the torch placeholder, which
+# would also have made its CVODES solver None for good (a shared model fitted in threads
+# then solved some fits on LSODA).
+_COMPILE_LOCK = threading.RLock()
 
 
 def _guarded(compiled, torch_path):
@@ -433,12 +446,23 @@ class ODEModel:
     def _pointwise(self):
         """The compiled functions (:class:`_Compiled`), built on first use."""
         cached = self.__dict__.get("_pointwise_cache")
-        if cached is None:
+        if cached is not None and not isinstance(cached, _Building):
+            return cached
+        with _COMPILE_LOCK:
+            cached = self.__dict__.get("_pointwise_cache")
+            if cached is not None:  # built meanwhile, or this thread's own placeholder
+                return cached
             from ._compile import compile_field, grid_functions
 
-            self._use_torch_path()  # while compiling: the checks compare to the torch path
-            compiled = compile_field(self)
+            # while compiling: the checks compare to the torch path
+            self.__dict__["_pointwise_cache"] = _Building(self.f, self.jac_x, None, None)
+            try:
+                compiled = compile_field(self)
+            except BaseException:
+                self.__dict__.pop("_pointwise_cache", None)
+                raise
             if compiled is None:
+                self._use_torch_path()
                 return self.__dict__["_pointwise_cache"]
             cached = _Compiled(
                 field=_guarded(compiled, self.f),
@@ -465,10 +489,14 @@ class ODEModel:
         """
         cached = self.__dict__.get("_native_cache")
         if cached is None:
-            from ._native import native_solver
+            with _COMPILE_LOCK:
+                cached = self.__dict__.get("_native_cache")
+                if cached is None:
+                    from ._native import native_solver
 
-            cached = native_solver(self, getattr(self._pointwise().field, "compiled", None))
-            self.__dict__["_native_cache"] = cached
+                    cached = native_solver(self, getattr(self._pointwise().field, "compiled",
+                                                         None))
+                    self.__dict__["_native_cache"] = cached
         return cached[0]
 
     def native_unavailable_reason(self):

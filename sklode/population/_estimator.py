@@ -90,8 +90,11 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         deviations).
     max_iter : int, default=100
         Alternations (Lindstrom-Bates) or L-BFGS-B iterations (direct).
-    integrator : str, default="LSODA"
+    integrator : str, default="auto"
         Forward solver (:data:`sklode.integrate.INTEGRATORS`).
+        ``"auto"`` (default): the model compiled to C and integrated by SUNDIALS' CVODES
+        where a C compiler and SUNDIALS are found, LSODA otherwise
+        (:func:`sklode.integrate.integrator_for`).
     rtol : float, default=1e-8
         Relative tolerance of the forward solves.
     atol : float, default=1e-10
@@ -167,7 +170,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
 
     def __init__(self, model, random, *, method="foce", optimizer="auto",
                  covariance="diagonal", theta0=None, x0=None, t0=None, observed=None,
-                 fixed=None, omega0=_OMEGA0_SD, tol=1e-6, max_iter=100, integrator="LSODA",
+                 fixed=None, omega0=_OMEGA0_SD, tol=1e-6, max_iter=100, integrator="auto",
                  rtol=1e-8, atol=1e-10, verbose=0):
         self.model = model
         self.random = random

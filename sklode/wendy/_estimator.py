@@ -169,9 +169,12 @@ class WENDyODE(ODEEstimator):
     n_jobs : int, default=None
         joblib workers for the bootstrap's refits (``-1``: all cores); the result does not
         depend on it.
-    integrator : str, default="LSODA"
+    integrator : str, default="auto"
         Forward solver of ``predict``/``simulate`` and of the shooting
         (:data:`sklode.integrate.INTEGRATORS`).
+        ``"auto"`` (default): the model compiled to C and integrated by SUNDIALS' CVODES
+        where a C compiler and SUNDIALS are found, LSODA otherwise
+        (:func:`sklode.integrate.integrator_for`).
     rtol : float, default=1e-8
         Relative tolerance of ``predict``/``simulate``; the shooting integrates at
         ``max(rtol, 1e-4)``, since its answer is set by the noise, not by the integrator.
@@ -280,7 +283,7 @@ class WENDyODE(ODEEstimator):
                  x0_method="shooting",
                  min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
                  alpha=1e-10, bias_correction=True, method="irls", tol=1e-6, max_iter=100,
-                 n_boot=0, random_state=None, n_jobs=None, integrator="LSODA", rtol=1e-8,
+                 n_boot=0, random_state=None, n_jobs=None, integrator="auto", rtol=1e-8,
                  atol=1e-10, verbose=0):
         self.model = model
         self.theta0 = theta0
