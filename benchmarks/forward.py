@@ -12,6 +12,8 @@
    included), with the build cache filled and empty.
 3. ``predict`` on 20,000 times against ``solve_ivp`` (LSODA) with a numpy field.
 4. Wall time of ``import sklode`` and ``sklode --help`` in fresh processes.
+   ``wide``: ``simulate`` with CVODES against LSODA on Lorenz-96 and a reaction-diffusion
+   system from 5 to 200 states.
 5. ``solves``: every condition of the PEtab development problems (and SEIRD, Lorenz-63)
    solved with and without forward sensitivities by AMICI, by sklode's scipy path (LSODA)
    and by its compiled path (``integrator="CVODES"``), in one process
@@ -20,7 +22,7 @@
 Writes ``benchmarks/results/forward.md`` and ``.json`` (the parts not run keep their last
 results); CPU seconds single-threaded.
 
-    python benchmarks/forward.py [--parts fields,fits,predict,cold,solves]
+    python benchmarks/forward.py [--parts fields,fits,predict,cold,wide,solves]
 """
 
 from __future__ import annotations
@@ -268,6 +270,35 @@ def predict_cost():
     return {"predict_cpu": sk, "solve_ivp_numpy_cpu": sp, "solve_ivp_compiled_cpu": ivp}
 
 
+def wide_solves():
+    """``simulate`` (rtol 1e-8) with CVODES against LSODA as the states grow: Lorenz-96
+    (F = 8, 101 times on [0, 2]) and the reaction-diffusion system of ``scale.py`` (101
+    times on [0, 3]); ms, best of 5. What ``integrator="auto"`` chooses on rests on it."""
+    import scale
+
+    from sklode import simulate
+    from sklode.datasets import _lorenz96_x0
+    from sklode.models import Lorenz96
+
+    def best(f):
+        return min(_cpu(f)[0] for _ in range(5)) * 1e3
+
+    rows = []
+    cases = [("Lorenz-96", d, Lorenz96(d), np.array([8.0]), _lorenz96_x0(d),
+              np.linspace(0.0, 2.0, 101)) for d in (5, 10, 20, 40, 80, 160)]
+    for d in (10, 25, 50, 100, 200):
+        p = scale.problem("reaction_diffusion", d, 101)
+        cases.append(("reaction-diffusion", d, p.model, p.theta, p.x0, p.t))
+    for system, d, model, theta, x0, t in cases:
+        model.native_solver()  # the C build, once per model, not timed here
+        rows.append({"system": system, "states": d,
+                     "cvodes_ms": best(lambda: simulate(model, theta, x0, t,
+                                                        integrator="CVODES")),
+                     "lsoda_ms": best(lambda: simulate(model, theta, x0, t,
+                                                       integrator="LSODA"))})
+    return rows
+
+
 def cold_start():
     def wall(args):
         start = time.perf_counter()
@@ -296,6 +327,8 @@ def main(parts):
         results["fits"] = {name: {**fit_pair(name), "first_fit_cpu": first_fit(name, False),
                                   "first_fit_cold_cpu": first_fit(name, True)}
                            for name in fits}
+    if "wide" in parts:
+        results["wide"] = wide_solves()
     if "solves" in parts:
         import solves
 
@@ -344,6 +377,15 @@ def main(parts):
               f"`python -c pass` {c['python_wall']:.2f}; `import sklode` "
               f"{c['import_sklode_wall']:.2f}; `import torch, sklearn` "
               f"{c['import_torch_sklearn_wall']:.2f}; `sklode --help` {c['help_wall']:.2f}."]
+    if results.get("wide"):
+        lines += ["", "## Solves as the states grow (ms)", "",
+                  "`simulate` at rtol 1e-8, best of 5: Lorenz-96 (F = 8, 101 times on [0, 2]) "
+                  "and the reaction-diffusion system of `benchmarks/scale.py` (101 times on "
+                  "[0, 3]); CVODES is what `integrator=\"auto\"` runs where the model compiles.",
+                  "", "| system | states | CVODES | LSODA | CVODES / LSODA |", "|---|---|---|---|---|"]
+        for r in results["wide"]:
+            lines.append(f"| {r['system']} | {r['states']} | {r['cvodes_ms']:.2f} | "
+                         f"{r['lsoda_ms']:.2f} | {r['cvodes_ms'] / r['lsoda_ms']:.2f} |")
     lines += solves_section(results.get("solves"))
     (HERE / "results" / "forward.md").write_text("\n".join(lines) + "\n")
     (HERE / "results" / "forward.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -410,5 +452,5 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", default="fields,fits,predict,cold,solves")
+    parser.add_argument("--parts", default="fields,fits,predict,cold,wide,solves")
     main(parser.parse_args().parts.split(","))

@@ -738,16 +738,24 @@ def _restricted(traj, index, grid, obs_index):
                       scipy=scipy_subset, native_reads=traj.native_reads)
 
 
+def _compiled_solver(part):
+    """The CVODES solver the experiment ``part``'s solves run on, or None (the scipy path)."""
+    from .integrate import _resolve_integrator, auto_native_solver
+
+    method = _resolve_integrator(part.solver["integrator"])
+    if method == "CVODES":
+        return part.model.native_solver()
+    return auto_native_solver(part.model) if method == "auto" else None
+
+
 def _share_solves(parts):
     """Give experiments that pose the same initial value problem one shared solve (the
     CVODES path only: the scipy path does not know which parameters its field reads)."""
-    from .integrate import _resolve_integrator
 
     first = parts[0]
-    if len(parts) < 2 or _resolve_integrator(first.solver["integrator"]) not in ("CVODES",
-                                                                                  "auto"):
+    if len(parts) < 2:
         return
-    native = first.model.native_solver()
+    native = _compiled_solver(first)
     if native is None:
         return
     field_params = np.flatnonzero(native.param_in_field)
@@ -800,13 +808,9 @@ def _batch_observations(parts):
     first = parts[0]
     if len(parts) < 2:
         return []
-    from .integrate import _resolve_integrator
-
     # (only the compiled solve is shared: on the scipy path each experiment is its own
     # group, and the model is not compiled for it)
-    native = (first.model.native_solver()
-              if _resolve_integrator(first.solver["integrator"]) in ("CVODES", "auto")
-              else None)
+    native = _compiled_solver(first)
     keep = (np.ones(first.n_params, dtype=bool) if native is None
             else ~_observation_only(first.model, native))
     batches = {}

@@ -58,15 +58,29 @@ def state_atol(model, theta, rtol, atol):
     return atol + rtol * np.abs(np.asarray(offsets, dtype=np.float64))
 
 
+#: ``integrator="auto"`` takes CVODES up to this many states: its dense Newton solves grow
+#: as the cube of the states, and on Lorenz-96 with 160 states a solve already took 0.88 of
+#: LSODA's CPU (``benchmarks/results/forward.md``, "Solves as the states grow"), where LSODA
+#: steps a non-stiff system without a Jacobian.
+AUTO_MAX_STATES = 160
+
+
+def auto_native_solver(model):
+    """The CVODES solver ``integrator="auto"`` uses for ``model``, or None (too many states,
+    or the model does not compile here)."""
+    return model.native_solver() if model.n_states <= AUTO_MAX_STATES else None
+
+
 def integrator_for(model, integrator):
     """The integrator a solve of ``model`` asked with ``integrator`` runs on.
 
     ``"auto"`` is ``"CVODES"`` where the model compiles here (a C compiler, SUNDIALS, and an
-    ``rhs`` the recorder can write as C) and ``"LSODA"`` otherwise, silently: CVODES solved
-    every model measured in a third to a twentieth of LSODA's CPU (Lorenz-96 with 5 to 160
-    states, a 10- to 200-cell reaction-diffusion system, the PEtab problems:
-    ``benchmarks/results/forward.md``), and the estimates of the two agree to their
-    tolerance. ``"CVODES"`` asked for by name and not available is LSODA with a
+    ``rhs`` the recorder can write as C) and has at most :data:`AUTO_MAX_STATES` states, and
+    ``"LSODA"`` otherwise, silently: CVODES took
+    less CPU than LSODA on every model measured up to that size
+    (``benchmarks/results/forward.md``), and the estimates of the two agree to their
+    tolerance; the C library is built once per model and kept on disk. ``"CVODES"`` asked
+    for by name and not available is LSODA with a
     :class:`~sklode.exceptions.CompilationWarning`; every other name is itself.
 
     Parameters
@@ -83,7 +97,7 @@ def integrator_for(model, integrator):
     """
     method = _resolve_integrator(integrator)
     if method == "auto":
-        return "CVODES" if model.native_solver() is not None else "LSODA"
+        return "CVODES" if auto_native_solver(model) is not None else "LSODA"
     if method == "CVODES" and native_solver_or_warn(model) is None:
         return "LSODA"
     return method
@@ -168,7 +182,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         native = None
         if not (batched or dense_output or t_eval is None or t_span[1] < t_span[0]):
             native = (native_solver_or_warn(model) if method == "CVODES"
-                      else model.native_solver())
+                      else auto_native_solver(model))
         if native is not None:
             states, _, info = native(t_span[0], x0, theta, t_eval, rtol=rtol, atol=atol,
                                      max_steps=_max_steps(max_evaluations), blowup=limit)

@@ -309,6 +309,13 @@ def test_auto_is_cvodes_where_the_model_compiles_and_lsoda_silently_elsewhere():
     np.testing.assert_array_equal(simulate(compiled, [2, 1, 4, 1], [5, 3], t), by_name)
     with pytest.raises(ValueError, match="integrator must be one of"):
         integrator_for(compiled, "cvode")
+    # wider than AUTO_MAX_STATES: LSODA, without building the C (whose dense Newton solves
+    # lose to LSODA's Jacobian-free steps on a wide non-stiff system)
+    from sklode.integrate import AUTO_MAX_STATES
+
+    wide = Lorenz96(n_states=AUTO_MAX_STATES + 1)
+    assert integrator_for(wide, "auto") == "LSODA"
+    assert "_native_cache" not in wide.__dict__
 
 
 @needs_native

@@ -193,8 +193,7 @@ default=False
         CVODES with its own forward sensitivities (needs a C compiler and SUNDIALS; LSODA
         with a :class:`~sklode.exceptions.CompilationWarning` otherwise). ``"auto"``: CVODES
         where the model compiles here, LSODA otherwise, without a warning
-        (:func:`sklode.integrate.integrator_for`; warm fits took 0.04-0.23 of a hand-written
-        ``solve_ivp`` loop's CPU on CVODES, 0.18-0.57 on LSODA).
+        (:func:`sklode.integrate.integrator_for`).
     rtol : float, default=1e-8
         Relative tolerance of every forward solve.
     atol : float, default=1e-10
