@@ -382,7 +382,8 @@ def main(parts):
                   "`simulate` at rtol 1e-8, best of 5: Lorenz-96 (F = 8, 101 times on [0, 2]) "
                   "and the reaction-diffusion system of `benchmarks/scale.py` (101 times on "
                   "[0, 3]); CVODES is what `integrator=\"auto\"` runs where the model compiles.",
-                  "", "| system | states | CVODES | LSODA | CVODES / LSODA |", "|---|---|---|---|---|"]
+                  "", "| system | states | CVODES | LSODA | CVODES / LSODA |",
+                  "|---|---|---|---|---|"]
         for r in results["wide"]:
             lines.append(f"| {r['system']} | {r['states']} | {r['cvodes_ms']:.2f} | "
                          f"{r['lsoda_ms']:.2f} | {r['cvodes_ms'] / r['lsoda_ms']:.2f} |")

@@ -740,12 +740,9 @@ def _restricted(traj, index, grid, obs_index):
 
 def _compiled_solver(part):
     """The CVODES solver the experiment ``part``'s solves run on, or None (the scipy path)."""
-    from .integrate import _resolve_integrator, auto_native_solver
+    from .integrate import _resolve_integrator, native_solver_for
 
-    method = _resolve_integrator(part.solver["integrator"])
-    if method == "CVODES":
-        return part.model.native_solver()
-    return auto_native_solver(part.model) if method == "auto" else None
+    return native_solver_for(part.model, _resolve_integrator(part.solver["integrator"]))
 
 
 def _share_solves(parts):

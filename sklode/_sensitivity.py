@@ -27,9 +27,9 @@ import math
 import numpy as np
 
 from .exceptions import IntegrationError
-from .integrate import (_max_steps, _resolve_integrator, add_doses, auto_native_solver,
-                        blowup_limit, dose_segments, native_solver_or_warn,
-                        raise_native_failure, solve, state_atol)
+from .integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
+                        dose_segments, native_solver_for, raise_native_failure, solve,
+                        state_atol)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -185,13 +185,12 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
     method = _resolve_integrator(integrator)
+    native = native_solver_for(model, method)
+    if native is not None:
+        return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
+                                  atol=atol, max_steps=_max_steps(max_evaluations),
+                                  prefetch=prefetch)
     if method in ("CVODES", "auto"):
-        native = (native_solver_or_warn(model) if method == "CVODES"
-                  else auto_native_solver(model))
-        if native is not None:
-            return _native_trajectory(native, model, theta, x0, t0, t_obs, doses, rtol=rtol,
-                                      atol=atol, max_steps=_max_steps(max_evaluations),
-                                      prefetch=prefetch)
         integrator = "LSODA"
     if doses:
         return _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, integrator=integrator,

@@ -65,10 +65,17 @@ def state_atol(model, theta, rtol, atol):
 AUTO_MAX_STATES = 160
 
 
-def auto_native_solver(model):
-    """The CVODES solver ``integrator="auto"`` uses for ``model``, or None (too many states,
-    or the model does not compile here)."""
-    return model.native_solver() if model.n_states <= AUTO_MAX_STATES else None
+def native_solver_for(model, method):
+    """The CVODES solver a solve of ``model`` on the integrator ``method`` (a name as
+    :func:`_resolve_integrator` spells it) runs on, or None for the scipy path:
+    ``"CVODES"`` where the model compiles (a :class:`CompilationWarning` once per model
+    where it does not), ``"auto"`` where it compiles and has at most
+    :data:`AUTO_MAX_STATES` states."""
+    if method == "CVODES":
+        return native_solver_or_warn(model)
+    if method == "auto" and model.n_states <= AUTO_MAX_STATES:
+        return model.native_solver()
+    return None
 
 
 def integrator_for(model, integrator):
@@ -96,11 +103,9 @@ def integrator_for(model, integrator):
         The name in :data:`INTEGRATORS`' spelling; never ``"auto"``.
     """
     method = _resolve_integrator(integrator)
-    if method == "auto":
-        return "CVODES" if auto_native_solver(model) is not None else "LSODA"
-    if method == "CVODES" and native_solver_or_warn(model) is None:
-        return "LSODA"
-    return method
+    if method not in ("CVODES", "auto"):
+        return method
+    return "CVODES" if native_solver_for(model, method) is not None else "LSODA"
 
 
 def _resolve_integrator(name):
@@ -181,8 +186,7 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
     if method in ("CVODES", "auto"):
         native = None
         if not (batched or dense_output or t_eval is None or t_span[1] < t_span[0]):
-            native = (native_solver_or_warn(model) if method == "CVODES"
-                      else auto_native_solver(model))
+            native = native_solver_for(model, method)
         if native is not None:
             states, _, info = native(t_span[0], x0, theta, t_eval, rtol=rtol, atol=atol,
                                      max_steps=_max_steps(max_evaluations), blowup=limit)
