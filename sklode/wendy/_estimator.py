@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._bootstrap import replicate_noise
 from .._estimator import (
     BOOTSTRAP_CONSTRAINTS,
     COMMON_CONSTRAINTS,
@@ -35,6 +36,7 @@ from .._initial_state import (
 from .._noise import MIN_SAMPLES
 from .._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
+from ..exceptions import IntegrationError
 from ..models import check_model
 from ._irls import wendy_solve
 from ._testfunctions import MAX_TEST_FUNCTIONS
@@ -391,11 +393,14 @@ class WENDyODE(ODEEstimator):
         res, split, data, transformed = solved.res, solved.split, solved.data, solved.transformed
         model, theta, z0s = self.model, solved.theta, solved.z0s
         shooting_model = model if transformed is None else transformed
-        # theta_'s covariance is WENDy's own; the initial values', the conditional one given
-        # theta plus theta's propagated through them (smoothing gives none: NaN).
+        # theta_'s covariance is WENDy's own, raised where it is below the output-error
+        # Cramer-Rao bound at WENDy's noise level; the initial values', the conditional one
+        # given theta plus theta's propagated through them (smoothing gives none: NaN).
         fitted = fitted_mask(solved.fit_model, model.n_params)
         uncertainty = uncertainty_at_fit(
             shooting_model, data, theta, z0s, fitted=fitted, theta_cov=res.theta_cov,
+            bound_sigma=self._bound_noise(shooting_model, data, theta, z0s, res.sigma,
+                                          int(fitted.sum())),
             options=self._simulation_options())
         x0s = solved.x0s
 
@@ -430,6 +435,24 @@ class WENDyODE(ODEEstimator):
                                "prediction drifts late in the series, or AdjointODE started "
                                "from this theta_.", polish_fitted=fitted),
             **self._data_attributes(data))
+
+    def _bound_noise(self, model, data, theta, x0s, sigma, n_fitted):
+        """The noise level per state of the Cramer-Rao bound WENDy's covariance is raised to:
+        the given ``sigma``, else the residuals of the forward solve at the fit unless they
+        exceed ``POOR_FIT_RATIO`` times the model-free estimate (the bootstrap's rule,
+        :func:`sklode._bootstrap.replicate_noise`). The model-free estimate alone errs by up
+        to 40 % on 41 samples and left Lotka-Volterra at 10 % noise covering 86-92 %
+        (0.91-0.94 with this rule); residuals alone overstate the noise where the forward
+        solve drifts (Van der Pol at mu = 4: 98-100 %)."""
+        if self.sigma is not None:
+            return np.asarray(sigma, np.float64)
+        n_x0 = int(estimated_x0_mask(data).sum())
+        try:
+            return replicate_noise(model, theta, data, x0s, sigma=None, noise_kind="absolute",
+                                   n_unknowns=n_fitted + n_x0,
+                                   options=self._simulation_options())[1]
+        except IntegrationError:  # no forward solve: no bound from it either
+            return None
 
     def _given_noise(self, Us):
         """``sigma`` per state in the fitted states, or None to estimate it."""
