@@ -9,7 +9,13 @@
   D = 0.001, r = 2, a bump at s = 0.3; T = 101 samples on [0, 3], 10 % relative noise, x0
   estimated: d + 2 unknowns) at d = 50, 100 and 200. Lorenz-96 over 10 time units is
   chaotic, so an output-error fit from 1.3 theta stops in a local optimum there
-  (d = 50: error 0.23 after 127 CPU s), which measures nothing about scale.
+  (d = 50: error 0.23 after 127 CPU s), which measures nothing about scale;
+* the same AdjointODE fit with x0 known (``AdjointODE+x0known``: 2 unknowns) at d = 50, 100,
+  200 and 400. With x0 estimated the Jacobian has d + 2 columns, so forming it costs
+  T d (d + 2) at least, quadratic in d by construction; with x0 known it has 2.
+
+The *integrator* column is what ``integrator="auto"`` chose (CVODES up to
+``sklode.integrate.AUTO_MAX_STATES`` states, LSODA above).
 
 Each configuration runs in its own process (one thread), so its peak resident memory
 (``ru_maxrss``) is its own. Reported: CPU seconds of ``fit``, iterations, CPU per
@@ -38,6 +44,7 @@ CONFIGS = {
     "BCDProxODE": ("lorenz96", (100, 300, 1000), 1001),
     "WENDyODE": ("lorenz96", (100, 300, 1000), 1001),
     "AdjointODE": ("reaction_diffusion", (50, 100, 200), 101),
+    "AdjointODE+x0known": ("reaction_diffusion", (50, 100, 200, 400), 101),
 }
 
 
@@ -88,6 +95,7 @@ def one(method, system, d, T):
     import torch
 
     import sklode
+    import sklode.integrate
     from sklode.datasets import make_trajectory
 
     import sklode._uncertainty
@@ -116,7 +124,10 @@ def one(method, system, d, T):
         sklode.wendy._estimator.shoot_initial_state, shooting_cpu)
     p = problem(system, d, T)
     data = make_trajectory(p, random_state=0)
-    est = getattr(sklode, method)(p.model, theta0=1.3 * p.theta)
+    name, _, variant = method.partition("+")
+    est = getattr(sklode, name)(p.model, theta0=1.3 * p.theta)
+    if variant == "x0known":
+        est.set_params(x0=p.x0, estimate_x0=False)
     start = time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -125,6 +136,7 @@ def one(method, system, d, T):
     n_iter = int(est.n_iter_)
     print(json.dumps({
         "method": method, "system": system, "d": d, "T": T, "cpu_s": cpu, "n_iter": n_iter,
+        "integrator": sklode.integrate.integrator_for(p.model, "auto"),
         "covariance_cpu_s": covariance_cpu[0], "x0_shooting_cpu_s": shooting_cpu[0],
         "cpu_per_iter_s": (cpu - covariance_cpu[0] - shooting_cpu[0]) / max(n_iter, 1),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -145,23 +157,26 @@ def to_markdown(results):
              "`SENSITIVITY_MAX_ENTRIES`); *x0 shooting* the part WENDy spends on its initial "
              "state after θ (a least-squares fit of x0 on the leading samples, d sensitivity "
              "columns); CPU per iteration excludes both.", "",
-             "| method | system | d | T | unknowns | CPU s | of which covariance | of which x0 "
-             "shooting | iterations | CPU s / iteration | peak MB | error | warned |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| method | system | d | T | unknowns | integrator | CPU s | of which covariance | "
+             "of which x0 shooting | iterations | CPU s / iteration | peak MB | error | warned |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["runs"]:
         if "error" in r:
-            lines.append(f"| {r['method']} | {r['system']} | {r['d']} | {r['T']} | | "
+            lines.append(f"| {r['method']} | {r['system']} | {r['d']} | {r['T']} | | | "
                          f"failed: {r['error']} | | | | | | | |")
             continue
         unknowns = r["T"] * r["d"] if r["method"] == "BCDProxODE" else r["d"] + 2
         if r["method"] == "WENDyODE":
             unknowns = 1
+        if r["method"] == "AdjointODE+x0known":
+            unknowns = 2
         covariance = (f"{r['covariance_cpu_s']:.1f}" if "covariance_cpu_s" in r
                       else "not split")
         shooting = (f"{r['x0_shooting_cpu_s']:.1f}" if "x0_shooting_cpu_s" in r
                     else "not split") if r["method"] == "WENDyODE" else "—"
         lines.append(f"| {r['method']} | {r['system']} | {r['d']} | {r['T']} | {unknowns:,} | "
-                     f"{r['cpu_s']:.1f} | {covariance} | {shooting} | {r['n_iter']} | "
+                     f"{r.get('integrator', 'not recorded')} | {r['cpu_s']:.1f} | "
+                     f"{covariance} | {shooting} | {r['n_iter']} | "
                      f"{r['cpu_per_iter_s']:.3f} | "
                      f"{r['peak_rss_mb']:.0f} | {r['param_error']:.2e} | "
                      f"{', '.join(r['warned']) or '—'} |")

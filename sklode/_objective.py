@@ -735,7 +735,8 @@ def _restricted(traj, index, grid, obs_index):
     return Trajectory(grid, obs_index, traj.states[index], None, traj.x0, traj.n_evaluations,
                       native=lambda with_x0, params=None, start=None: native(
                           with_x0, params, start)[index],
-                      scipy=scipy_subset, native_reads=traj.native_reads)
+                      scipy=scipy_subset, native_reads=traj.native_reads,
+                      native_banded=traj.native_banded)
 
 
 def _compiled_solver(part):

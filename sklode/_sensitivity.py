@@ -27,9 +27,9 @@ import math
 import numpy as np
 
 from .exceptions import IntegrationError
-from .integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
-                        dose_segments, native_solver_for, raise_native_failure, solve,
-                        state_atol)
+from .integrate import (AUTO_MAX_BAND, _max_steps, _resolve_integrator, add_doses,
+                        band_width, blowup_limit, dose_segments, native_solver_for,
+                        raise_native_failure, solve, state_atol)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -61,6 +61,13 @@ _DIRECT_MAX_STATES = 48
 # by an order of magnitude.
 NATIVE_MAX_WORK_JACOBIAN = 2000
 NATIVE_MAX_WORK_GRADIENT = 1000
+# A Jacobian of a system whose df/dx is banded (the driver's LU touching at most
+# integrate.AUTO_MAX_BAND entries per column) stays on CVODES whatever its columns: each
+# column's corrector solve then costs n times the band, as the collocation pass's sparse
+# sweeps do, and CVODES takes fewer steps. Reaction-diffusion with every x0 estimated
+# (benchmarks/scale.py, 101 times): d = 200, 202 columns, 1.9 CPU s per Gauss-Newton
+# iteration against 8.8 on LSODA's collocation pass; d = 400, 10.0 against 40.7.
+# The gradient keeps its limit: the adjoint's one backward solve wins there.
 # Above this many states the adjoint pass uses VJPs instead of materialised Jacobians
 # (Lorenz-96 gradient: 0.33 -> 0.12 s at n = 320; at n = 60 materialising was 2x faster).
 _MATRIX_FREE_MIN_STATES = 128
@@ -101,10 +108,13 @@ class Trajectory:
     native_reads : ndarray of bool (n_params,) or None
         For a CVODES solve: the parameters its field reads (the only sensitivity columns
         it integrates).
+    native_banded : bool
+        For a CVODES solve: whether its ``df/dx`` is banded (its Jacobians stay on CVODES
+        however many their columns).
     """
 
     def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
-                 scipy=None, native_reads=None):
+                 scipy=None, native_reads=None, native_banded=False):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
@@ -114,6 +124,7 @@ class Trajectory:
         self.native = native
         self.scipy = scipy
         self.native_reads = native_reads
+        self.native_banded = native_banded
 
 
 class _PiecewiseDense:
@@ -303,9 +314,9 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
 
     states = None
     # (the work test of sensitivities(): beyond it the scipy path is taken)
-    if prefetch is not None and _native_work(None, prefetch[0], prefetch[1], n=x0.size,
-                                             reads=native.param_in_field) <= \
-            NATIVE_MAX_WORK_JACOBIAN:
+    if prefetch is not None and (_native_work(None, prefetch[0], prefetch[1], n=x0.size,
+                                              reads=native.param_in_field)
+                                 <= NATIVE_MAX_WORK_JACOBIAN or _banded(native)):
         columns, key = request(*prefetch)
         try:
             states, cache[key], n_evaluations = with_sensitivities(prefetch[0], columns,
@@ -334,7 +345,12 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
     grid = np.union1d([t0], t_obs)
     return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, n_evaluations,
                       native=sensitivities_at, scipy=scipy,
-                      native_reads=native.param_in_field)
+                      native_reads=native.param_in_field, native_banded=_banded(native))
+
+
+def _banded(native):
+    """Whether the compiled solver's LU works on a narrow band (see the Jacobian limit)."""
+    return band_width(*native.band, native.n_states) <= AUTO_MAX_BAND
 
 
 def _columns_read(read, params):
@@ -572,7 +588,8 @@ def sensitivities(model, theta, traj, with_x0=True, params=None, start=None,
         ``q = n_params`` when ``with_x0`` is False.
     """
     if traj.native is not None:
-        if _native_work(traj, with_x0, params) <= NATIVE_MAX_WORK_JACOBIAN:
+        if (_native_work(traj, with_x0, params) <= NATIVE_MAX_WORK_JACOBIAN
+                or traj.native_banded):
             S = _native_sensitivities(traj, with_x0, params, start)  # CVODES' own
             if S is not None:
                 return S

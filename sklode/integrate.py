@@ -64,16 +64,42 @@ def state_atol(model, theta, rtol, atol):
 #: steps a non-stiff system without a Jacobian.
 AUTO_MAX_STATES = 160
 
+#: ... and above that where ``df/dx`` is banded with at most this many diagonals in its LU
+#: (:func:`jacobian_band`: ``2 * lower + upper + 1``, pivoting included). The compiled
+#: driver's LU and solves then cost ``n_states`` times the band, not its cube and square:
+#: a 1,000-cell reaction-diffusion grid (tridiagonal, 4) solved in 11.7 ms against
+#: LSODA's 824 (``benchmarks/results/forward.md``).
+AUTO_MAX_BAND = 32
+
+
+def jacobian_band(model):
+    """The band of ``df/dx``: ``(lower, upper)`` diagonals below and above the main one,
+    from its structural entries (:meth:`~sklode.ODEModel.jac_x_sparsity`, found once per
+    model). A dense or cyclic one (Lorenz-96) has ``n_states - 1`` on a side."""
+    rows, cols = model.jac_x_sparsity()
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    if rows.size == 0:
+        return 0, 0
+    return max(int(np.max(rows - cols)), 0), max(int(np.max(cols - rows)), 0)
+
+
+def band_width(lower, upper, n_states):
+    """Entries per column the driver's banded LU touches: ``2 lower + upper + 1`` (partial
+    pivoting widens U by ``lower``), at most ``n_states``."""
+    return min(2 * lower + upper + 1, n_states)
+
 
 def native_solver_for(model, method):
     """The CVODES solver a solve of ``model`` on the integrator ``method`` (a name as
     :func:`_resolve_integrator` spells it) runs on, or None for the scipy path:
     ``"CVODES"`` where the model compiles (a :class:`CompilationWarning` once per model
     where it does not), ``"auto"`` where it compiles and has at most
-    :data:`AUTO_MAX_STATES` states."""
+    :data:`AUTO_MAX_STATES` states or a Jacobian band of at most :data:`AUTO_MAX_BAND`."""
     if method == "CVODES":
         return native_solver_or_warn(model)
-    if method == "auto" and model.n_states <= AUTO_MAX_STATES:
+    if method == "auto" and (model.n_states <= AUTO_MAX_STATES
+                             or band_width(*jacobian_band(model), model.n_states)
+                             <= AUTO_MAX_BAND):
         return model.native_solver()
     return None
 
@@ -82,7 +108,8 @@ def integrator_for(model, integrator):
     """The integrator a solve of ``model`` asked with ``integrator`` runs on.
 
     ``"auto"`` is ``"CVODES"`` where the model compiles here (a C compiler, SUNDIALS, and an
-    ``rhs`` the recorder can write as C) and has at most :data:`AUTO_MAX_STATES` states, and
+    ``rhs`` the recorder can write as C) and has at most :data:`AUTO_MAX_STATES` states or
+    a banded ``df/dx`` (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), and
     ``"LSODA"`` otherwise, silently: CVODES took
     less CPU than LSODA on every model measured up to that size
     (``benchmarks/results/forward.md``), and the estimates of the two agree to their

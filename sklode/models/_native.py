@@ -371,6 +371,11 @@ class _Program:
                     cols.append(k)
                     values.append(expression)
             upper = name.upper()
+            if seed == "x":  # the band of df/dx, for the driver's LU (dense: NX - 1 each)
+                self.band = (max(max((i - k for i, k in zip(rows, cols)), default=0), 0),
+                             max(max((k - i for i, k in zip(rows, cols)), default=0), 0))
+                lines.append(f"#define BAND_LOWER {self.band[0]}")
+                lines.append(f"#define BAND_UPPER {self.band[1]}")
             lines.append(f"#define NNZ_{upper[1]} {len(values)}")
             for label, entries in (("ROW", rows), ("COL", cols)):
                 listed = ", ".join(map(str, entries)) or "0"
@@ -512,14 +517,18 @@ class NativeSolver:
     param_in_field : ndarray of bool (n_params,)
         Whether the field depends on each parameter (the others' sensitivities are zero
         and are not integrated).
+    band : (int, int)
+        Diagonals of ``df/dx`` below and above the main one that its LU works on
+        (``n_states - 1`` each when dense).
     library : str
         Path of the shared library.
     """
 
-    def __init__(self, lib, solve, n_states, n_params, param_in_field):
+    def __init__(self, lib, solve, n_states, n_params, param_in_field, band=None):
         self._lib, self._solve = lib, solve
         self.n_states, self.n_params = n_states, n_params
         self.param_in_field = param_in_field
+        self.band = (n_states - 1, n_states - 1) if band is None else band
         self.library = lib._name
         self._evaluate = lib.sklode_evaluate
         double_p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
@@ -629,7 +638,7 @@ def native_solver(model, field):
     in_field = np.zeros(model.n_params, dtype=bool)
     for entries in program.output_tangent["p"]:
         in_field[list(entries)] = True
-    solver = NativeSolver(lib, solve, model.n_states, model.n_params, in_field)
+    solver = NativeSolver(lib, solve, model.n_states, model.n_params, in_field, program.band)
     problem = _check(model, field, solver)
     if problem:
         return None, problem
