@@ -11,7 +11,7 @@
   chaotic, so an output-error fit from 1.3 theta stops in a local optimum there
   (d = 50: error 0.23 after 127 CPU s), which measures nothing about scale;
 * the same AdjointODE fit with x0 known (``AdjointODE+x0known``: 2 unknowns) at d = 50, 100,
-  200 and 400. With x0 estimated the Jacobian has d + 2 columns, so forming it costs
+  200, 400 and 1,000. With x0 estimated the Jacobian has d + 2 columns, so forming it costs
   T d (d + 2) at least, quadratic in d by construction; with x0 known it has 2.
 
 The *integrator* column is what ``integrator="auto"`` chose (CVODES up to
@@ -44,7 +44,7 @@ CONFIGS = {
     "BCDProxODE": ("lorenz96", (100, 300, 1000), 1001),
     "WENDyODE": ("lorenz96", (100, 300, 1000), 1001),
     "AdjointODE": ("reaction_diffusion", (50, 100, 200), 101),
-    "AdjointODE+x0known": ("reaction_diffusion", (50, 100, 200, 400), 101),
+    "AdjointODE+x0known": ("reaction_diffusion", (50, 100, 200, 400, 1000), 101),
 }
 
 

@@ -192,8 +192,8 @@ default=False
         stiff ones are fine. ``"CVODES"``: the model compiled to C and solved by SUNDIALS'
         CVODES with its own forward sensitivities (needs a C compiler and SUNDIALS; LSODA
         with a :class:`~sklode.exceptions.CompilationWarning` otherwise). ``"auto"``: CVODES
-        where the model compiles here, LSODA otherwise, without a warning
-        (:func:`sklode.integrate.integrator_for`).
+        where the model compiles here and has at most 160 states or a banded ``df/dx``,
+        LSODA otherwise, without a warning (:func:`sklode.integrate.integrator_for`).
     rtol : float, default=1e-8
         Relative tolerance of every forward solve.
     atol : float, default=1e-10

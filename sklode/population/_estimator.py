@@ -17,7 +17,7 @@ from .._estimator import predicted_observables, set_fitted
 from .._likelihood import information_criteria
 from .._validation import check_experiments, check_theta0
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
-from ..integrate import INTEGRATORS
+from ..integrate import INTEGRATORS, _resolve_integrator
 from ..models import check_model
 from ._differences import central_differences, second_differences
 from ._solver import (
@@ -192,8 +192,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ set-up
     def _options(self):
-        integrator = next(k for k in INTEGRATORS if k.lower() == self.integrator.lower())
-        return {"integrator": integrator, "rtol": self.rtol, "atol": self.atol}
+        return {"integrator": _resolve_integrator(self.integrator), "rtol": self.rtol,
+                "atol": self.atol}
 
     def _data(self, X, y, warn_initial_time=True):
         model = check_model(self.model)

@@ -191,7 +191,12 @@ class WENDyODE(ODEEstimator):
         Estimated parameters, in ``model.param_names`` order.
     theta_cov_ : ndarray of shape (n_params, n_params)
         WENDy's covariance of ``theta_`` (generalised least squares of the weak residual,
-        noise level inside), or with ``n_boot`` > 0 the bootstrap replicates' covariance;
+        noise level inside), raised to the output-error Cramer-Rao bound at the fit along
+        the directions where it is below it (``L max(L^-1 B L^-T, I) L^T``: WENDy's
+        first-order covariance treats the noisy data in its regression as exact, and no
+        unbiased estimator does better than the bound; Lotka-Volterra with 41 samples:
+        coverage 84-88 % without it, 91-92 % with it), or with ``n_boot`` > 0 the bootstrap
+        replicates' covariance;
         ``inf`` variance for parameters the data cannot pin down (see
         ``unidentifiable_``).
     theta_bias_ : ndarray of shape (n_params,) or None
