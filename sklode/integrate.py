@@ -75,12 +75,13 @@ AUTO_MAX_BAND = 32
 def jacobian_band(model):
     """The band of ``df/dx``: ``(lower, upper)`` diagonals below and above the main one,
     from its structural entries (:meth:`~sklode.ODEModel.jac_x_sparsity`, found once per
-    model). A dense or cyclic one (Lorenz-96) has ``n_states - 1`` on a side."""
+    model), with the states in the order that narrows it most
+    (:func:`sklode.models._native.band_order`: a ring such as Lorenz-96 is banded once
+    reordered). A dense one has ``n_states - 1`` on a side."""
+    from .models._native import band_order
+
     rows, cols = model.jac_x_sparsity()
-    rows, cols = np.asarray(rows), np.asarray(cols)
-    if rows.size == 0:
-        return 0, 0
-    return max(int(np.max(rows - cols)), 0), max(int(np.max(cols - rows)), 0)
+    return tuple(band_order(rows, cols, model.n_states)[1:])
 
 
 def band_width(lower, upper, n_states):

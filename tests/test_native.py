@@ -40,6 +40,19 @@ class Kitchen(ODEModel):
         ], dim=-1)
 
 
+class MeanField(ODEModel):
+    """Every state pulled towards the mean of all: ``df/dx`` is dense in any order."""
+
+    param_names = ("k",)
+    default_theta = (1.0,)
+
+    def __init__(self, n_states=200):
+        self.state_names = tuple(f"x{i}" for i in range(n_states))
+
+    def rhs(self, t, x, theta):
+        return -x + theta[0] * torch.tanh(x.mean(dim=-1, keepdim=True))
+
+
 class Smooth(ODEModel):
     """Kitchen without its kinks (max, clamp, abs), whose finite differences a solver
     stepping over a kink spoils; the switch in time stays."""
@@ -309,11 +322,12 @@ def test_auto_is_cvodes_where_the_model_compiles_and_lsoda_silently_elsewhere():
     np.testing.assert_array_equal(simulate(compiled, [2, 1, 4, 1], [5, 3], t), by_name)
     with pytest.raises(ValueError, match="integrator must be one of"):
         integrator_for(compiled, "cvode")
-    # wider than AUTO_MAX_STATES: LSODA, without building the C (whose dense Newton solves
-    # lose to LSODA's Jacobian-free steps on a wide non-stiff system)
+    # wider than AUTO_MAX_STATES and dense in any order: LSODA, without building the C
+    # (whose dense Newton solves lose to LSODA's Jacobian-free steps on a wide non-stiff
+    # system)
     from sklode.integrate import AUTO_MAX_STATES
 
-    wide = Lorenz96(n_states=AUTO_MAX_STATES + 1)
+    wide = MeanField(n_states=AUTO_MAX_STATES + 1)
     assert integrator_for(wide, "auto") == "LSODA"
     assert "_native_cache" not in wide.__dict__
 
@@ -577,9 +591,14 @@ def _dense_twin(model):
 
 @needs_native
 def test_banded_lu_gives_the_dense_lu_bit_for_bit():
+    from sklode.integrate import band_width, jacobian_band
+
     model = SpringChain(30)
     banded = model.native_solver()
-    assert banded.band == (3, 1)
+    # 3 diagonals below and 1 above in the natural order (LU width 8); reverse
+    # Cuthill-McKee finds 2 and 2 (width 7), which the C build and the Python side agree on.
+    assert banded.band == jacobian_band(model) == (2, 2)
+    assert band_width(*banded.band, model.n_states) == 7
     dense = _dense_twin(model)
     rng = np.random.default_rng(0)
     x0 = rng.normal(size=model.n_states)
@@ -602,10 +621,24 @@ def test_auto_takes_cvodes_for_a_wide_banded_model_only():
     from sklode.integrate import AUTO_MAX_STATES, integrator_for, jacobian_band
 
     wide_banded = SpringChain(AUTO_MAX_STATES)  # 320 states
-    assert jacobian_band(wide_banded) == (3, 1)
+    assert jacobian_band(wide_banded) == (2, 2)
     assert integrator_for(wide_banded, "auto") == "CVODES"
-    # Lorenz-96 is cyclic: its band is the whole matrix, so above the cap it stays on LSODA.
-    assert integrator_for(Lorenz96(AUTO_MAX_STATES + 1), "auto") == "LSODA"
+    # A ring (Lorenz-96: x_{i-2} .. x_{i+1}, cyclic) is dense in its natural order and a band
+    # of 5 + 5 once reordered; a mean field is dense in any order, so above the cap it
+    # stays on LSODA.
+    ring = Lorenz96(AUTO_MAX_STATES + 40)
+    assert jacobian_band(ring) == (5, 5)
+    assert integrator_for(ring, "auto") == "CVODES"
+    dense = MeanField(AUTO_MAX_STATES + 1)
+    assert jacobian_band(dense) == (AUTO_MAX_STATES, AUTO_MAX_STATES)
+    assert integrator_for(dense, "auto") == "LSODA"
+    x0 = np.sin(np.arange(ring.n_states))
+    times = np.linspace(0.0, 0.5, 11)
+    # Half a time unit of Lorenz-96 on both, at rtol 1e-8: measured 2e-8 of the largest
+    # state apart; 1e-6 leaves room for the chaos' growth of the tolerance.
+    on_cvodes = simulate(ring, [8.0], x0, times)
+    on_lsoda = simulate(ring, [8.0], x0, times, integrator="LSODA")
+    np.testing.assert_allclose(on_cvodes, on_lsoda, atol=1e-6 * np.abs(on_lsoda).max())
     theta = np.array(wide_banded.default_theta)
     x0 = np.random.default_rng(1).normal(size=wide_banded.n_states)
     times = np.linspace(0.0, 1.0, 11)
