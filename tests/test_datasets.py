@@ -134,3 +134,25 @@ def test_real_data_fit_to_the_figures_others_report(school_flu_model):
     # Keeling & Rohani fit 1.66 per day and 2.2 days in bed to the in-bed counts alone; with
     # the convalescent counts too: beta 1.60 +- 0.04, 1/gamma 2.28 days (measured)
     assert 1.5 < flu.theta_[0] < 1.75 and 2.0 < 1 / flu.theta_[1] < 2.5
+
+
+def test_a_problem_the_explicit_solver_fails_on_is_simulated_by_radau(monkeypatch):
+    # A 1,000-cell diffusion grid blows up under DOP853 (the reference solver of the zoo's
+    # data) within 0.03 time units; make_trajectory then simulates it with Radau. Here
+    # DOP853 is made to fail so the test stays small.
+    import sklode.datasets as datasets
+    from sklode import simulate
+    from sklode.exceptions import IntegrationError
+
+    def explicit_fails(*args, integrator, **kwargs):
+        if integrator == "DOP853":
+            raise IntegrationError("blew up")
+        return simulate(*args, integrator=integrator, **kwargs)
+
+    monkeypatch.setattr(datasets, "simulate", explicit_fails)
+    p = get_problem("lotka_volterra")
+    d = make_trajectory(p, noise=0.0)
+    reference = simulate(p.model, p.theta, p.x0, p.t, t0=p.t0, integrator="Radau",
+                         rtol=1e-11, atol=1e-11 * max(1.0, float(np.max(np.abs(p.x0)))))
+    # the same Radau solve, so the same numbers (no noise was added)
+    np.testing.assert_array_equal(d.X, reference)
