@@ -421,7 +421,7 @@ def solves_section(solves):
              "same columns for AMICI. sklode's CVODES path twice: linked against the system's "
              f"SUNDIALS ({first.get('sundials')}), and against the SUNDIALS 7 that AMICI "
              "builds and bundles (`SUNDIALS_DIR` pointed at it); each 'ratio' is the column "
-             "before it over AMICI's. The driver does its vector operations and dense LU in "
+             "before it over AMICI's. The driver does its vector operations and banded LU in "
              "code compiled with the model, so the system build's optimisation (none, in "
              "Debian's 6.4.1) no longer decides its speed. One-time costs in CPU s: sklode's "
              "checks and numpy compilation, its C build (compiler included, cold cache), "

@@ -58,10 +58,10 @@ def state_atol(model, theta, rtol, atol):
     return atol + rtol * np.abs(np.asarray(offsets, dtype=np.float64))
 
 
-#: ``integrator="auto"`` takes CVODES up to this many states: its dense Newton solves grow
-#: as the cube of the states, and on Lorenz-96 with 160 states a solve already took 0.88 of
-#: LSODA's CPU (``benchmarks/results/forward.md``, "Solves as the states grow"), where LSODA
-#: steps a non-stiff system without a Jacobian.
+#: ``integrator="auto"`` takes CVODES up to this many states: dense Newton solves grow as the
+#: cube of the states, and Lorenz-96 with 160 states, solved dense (before its states were
+#: reordered into a band), already took 0.88 of LSODA's CPU, where LSODA steps a non-stiff
+#: system without a Jacobian.
 AUTO_MAX_STATES = 160
 
 #: ... and above that where ``df/dx`` is banded with at most this many diagonals in its LU
