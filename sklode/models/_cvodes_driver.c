@@ -58,6 +58,9 @@ static int rhs(sunrealtype t, N_Vector y, N_Vector ydot, void *user_data) {
 #ifndef HAS_PERM
 #define HAS_PERM 0
 #endif
+#if HAS_PERM && defined(SKLODE_LIBRARY_KERNELS)
+#error "SUNDIALS' own dense solve does not know the reordering: compare natural orders only"
+#endif
 #if HAS_PERM
 #define LU_INDEX(i) POS[i]
 #else
