@@ -71,6 +71,10 @@ AUTO_MAX_STATES = 160
 #: LSODA's 824 (``benchmarks/results/forward.md``).
 AUTO_MAX_BAND = 32
 
+#: Above this many states ``auto`` does not look for a band: finding the pattern of
+#: ``df/dx`` evaluates it densely at four points (``4 n^2`` numbers, 128 MB at this size).
+AUTO_MAX_BANDED_STATES = 2000
+
 
 def jacobian_band(model):
     """The band of ``df/dx``: ``(lower, upper)`` diagonals below and above the main one,
@@ -95,12 +99,14 @@ def native_solver_for(model, method):
     :func:`_resolve_integrator` spells it) runs on, or None for the scipy path:
     ``"CVODES"`` where the model compiles (a :class:`CompilationWarning` once per model
     where it does not), ``"auto"`` where it compiles and has at most
-    :data:`AUTO_MAX_STATES` states or a Jacobian band of at most :data:`AUTO_MAX_BAND`."""
+    :data:`AUTO_MAX_STATES` states or (up to :data:`AUTO_MAX_BANDED_STATES`) a Jacobian
+    band of at most :data:`AUTO_MAX_BAND`."""
     if method == "CVODES":
         return native_solver_or_warn(model)
     if method == "auto" and (model.n_states <= AUTO_MAX_STATES
-                             or band_width(*jacobian_band(model), model.n_states)
-                             <= AUTO_MAX_BAND):
+                             or (model.n_states <= AUTO_MAX_BANDED_STATES
+                                 and band_width(*jacobian_band(model), model.n_states)
+                                 <= AUTO_MAX_BAND)):
         return model.native_solver()
     return None
 

@@ -632,6 +632,13 @@ def test_auto_takes_cvodes_for_a_wide_banded_model_only():
     dense = MeanField(AUTO_MAX_STATES + 1)
     assert jacobian_band(dense) == (AUTO_MAX_STATES, AUTO_MAX_STATES)
     assert integrator_for(dense, "auto") == "LSODA"
+    # Beyond AUTO_MAX_BANDED_STATES the band is not looked for (its pattern would evaluate
+    # df/dx densely): LSODA, and no pattern computed.
+    from sklode.integrate import AUTO_MAX_BANDED_STATES
+
+    huge = SpringChain(AUTO_MAX_BANDED_STATES // 2 + 1)
+    assert integrator_for(huge, "auto") == "LSODA"
+    assert "_sparsity_cache" not in huge.__dict__
     x0 = np.sin(np.arange(ring.n_states))
     times = np.linspace(0.0, 0.5, 11)
     # Half a time unit of Lorenz-96 on both, at rtol 1e-8: measured 2e-8 of the largest
