@@ -67,8 +67,8 @@ AUTO_MAX_STATES = 160
 #: ... and above that where ``df/dx`` is banded with at most this many diagonals in its LU
 #: (:func:`jacobian_band`: ``2 * lower + upper + 1``, pivoting included). The compiled
 #: driver's LU and solves then cost ``n_states`` times the band, not its cube and square:
-#: a 1,000-cell reaction-diffusion grid (tridiagonal, 4) solved in 11.7 ms against
-#: LSODA's 824 (``benchmarks/results/forward.md``).
+#: a 1,000-cell reaction-diffusion grid (tridiagonal, 4) solved in 9.4 ms against
+#: LSODA's 748 (``benchmarks/results/forward.md``).
 AUTO_MAX_BAND = 32
 
 #: Above this many states ``auto`` does not look for a band: finding the pattern of
