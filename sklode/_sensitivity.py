@@ -27,9 +27,9 @@ import math
 import numpy as np
 
 from .exceptions import IntegrationError
-from .integrate import (AUTO_MAX_BAND, _max_steps, _resolve_integrator, add_doses,
-                        band_width, blowup_limit, dose_segments, native_solver_for,
-                        raise_native_failure, solve, state_atol)
+from .integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
+                        dose_segments, narrow_band, native_solver_for, raise_native_failure,
+                        solve, state_atol)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 
@@ -314,9 +314,10 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
 
     states = None
     # (the work test of sensitivities(): beyond it the scipy path is taken)
+    banded = narrow_band(*native.band, native.n_states)
     if prefetch is not None and (_native_work(None, prefetch[0], prefetch[1], n=x0.size,
                                               reads=native.param_in_field)
-                                 <= NATIVE_MAX_WORK_JACOBIAN or _banded(native)):
+                                 <= NATIVE_MAX_WORK_JACOBIAN or banded):
         columns, key = request(*prefetch)
         try:
             states, cache[key], n_evaluations = with_sensitivities(prefetch[0], columns,
@@ -345,12 +346,7 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
     grid = np.union1d([t0], t_obs)
     return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, n_evaluations,
                       native=sensitivities_at, scipy=scipy,
-                      native_reads=native.param_in_field, native_banded=_banded(native))
-
-
-def _banded(native):
-    """Whether the compiled solver's LU works on a narrow band (see the Jacobian limit)."""
-    return band_width(*native.band, native.n_states) <= AUTO_MAX_BAND
+                      native_reads=native.param_in_field, native_banded=banded)
 
 
 def _columns_read(read, params):

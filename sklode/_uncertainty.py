@@ -155,12 +155,13 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None, bound
         return FitUncertainty(cov, ())
     dof_fraction = max(1.0 - n / max(objective.n_data, 1), 1.0 / max(objective.n_data, 1))
     bound_J = None
-    if theta_cov is not None and bound_sigma is not None:
-        columns, _ = _data_row_columns(objective)
+    wants_bound = theta_cov is not None and bound_sigma is not None
+    if noise == "per_state" or wants_bound:
+        columns, present = _data_row_columns(objective)
+    if wants_bound:
         bound_J = J.copy()
         bound_J[: columns.size] /= np.asarray(bound_sigma, np.float64)[columns, None]
     if noise == "per_state":
-        columns, present = _data_row_columns(objective)
         J, r = J.copy(), r.copy()
         for column in np.unique(columns):
             rows_of = np.flatnonzero((columns == column) & present)
@@ -298,9 +299,7 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None,
     named = set()  # the sets of unknowns already named: one sentence each
     cov = np.zeros((n, n))
     if live.size:
-        U, s, Vt = np.linalg.svd(J[:, live] / norms[live], full_matrices=False)
-        weak = s < COLLINEARITY_TOL
-        inverse = np.where(weak, 0.0, 1.0 / np.where(weak, 1.0, s) ** 2)
+        U, weak, inverse, Vt = _unit_column_svd(J[:, live], norms[live])
         if step is not None:
             projected = U.T @ residual
             step[live] = -(Vt.T @ (np.sqrt(inverse) * projected)) / norms[live]
@@ -308,12 +307,10 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None,
                                                                             norms[live])
         if theta_cov is not None:
             bound = None
-            if bound_J is not None:
+            if bound_J is not None:  # (J^T J)^+ of the bound's Jacobian, the same way
                 bound = np.zeros((n, n))
                 b_norms = np.linalg.norm(bound_J[:, live], axis=0)
-                b_s, b_Vt = np.linalg.svd(bound_J[:, live] / b_norms, full_matrices=False)[1:]
-                b_inverse = np.where(b_s < COLLINEARITY_TOL, 0.0,
-                                     1.0 / np.maximum(b_s, COLLINEARITY_TOL) ** 2)
+                _, _, b_inverse, b_Vt = _unit_column_svd(bound_J[:, live], b_norms)
                 bound[np.ix_(live, live)] = ((b_Vt.T * b_inverse) @ b_Vt) / np.outer(
                     b_norms, b_norms)
             cov = _with_theta_covariance(J / np.sqrt(chi2) if chi2 > 0 else J, n_x0,
@@ -359,6 +356,15 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None,
             step[bad] = np.nan
     # several singular directions among the same unknowns read the same: say it once
     return FitUncertainty(cov, tuple(dict.fromkeys(unidentifiable)), step)
+
+
+def _unit_column_svd(J, norms):
+    """The SVD of ``J`` with its columns scaled to unit length (``norms``): ``U``, the
+    directions whose singular value is below :data:`COLLINEARITY_TOL`, ``1/s^2`` with those
+    directions zeroed, and ``Vt``."""
+    U, s, Vt = np.linalg.svd(J / norms, full_matrices=False)
+    weak = s < COLLINEARITY_TOL
+    return U, weak, np.where(weak, 0.0, 1.0 / np.where(weak, 1.0, s) ** 2), Vt
 
 
 def _combination(names, relative):

@@ -94,6 +94,12 @@ def band_width(lower, upper, n_states):
     return min(2 * lower + upper + 1, n_states)
 
 
+def narrow_band(lower, upper, n_states):
+    """Whether a ``(lower, upper)`` band is narrow enough for CVODES at any size
+    (:data:`AUTO_MAX_BAND`)."""
+    return band_width(lower, upper, n_states) <= AUTO_MAX_BAND
+
+
 def native_solver_for(model, method):
     """The CVODES solver a solve of ``model`` on the integrator ``method`` (a name as
     :func:`_resolve_integrator` spells it) runs on, or None for the scipy path:
@@ -105,8 +111,7 @@ def native_solver_for(model, method):
         return native_solver_or_warn(model)
     if method == "auto" and (model.n_states <= AUTO_MAX_STATES
                              or (model.n_states <= AUTO_MAX_BANDED_STATES
-                                 and band_width(*jacobian_band(model), model.n_states)
-                                 <= AUTO_MAX_BAND)):
+                                 and narrow_band(*jacobian_band(model), model.n_states))):
         return model.native_solver()
     return None
 

@@ -567,26 +567,20 @@ class SpringChain(ODEModel):
 
 
 def _dense_twin(model):
-    """The model's CVODES solver built with the band set to the whole matrix."""
-    from sklode.models import _native
+    """The model's CVODES solver built with the band set to the whole matrix (as the
+    kernels test builds its library variant)."""
+    from sklode.models._native import _DRIVER, NativeSolver, _build, _Program
 
-    original = _native._Program.source
-
-    def dense_source(self, n_states, n_params):
-        text = original(self, n_states, n_params)
-        text = text.replace(f"#define BAND_LOWER {self.band[0]}\n",
-                            f"#define BAND_LOWER {n_states - 1}\n")
-        return text.replace(f"#define BAND_UPPER {self.band[1]}\n",
-                            f"#define BAND_UPPER {n_states - 1}\n")
-
-    _native._Program.source = dense_source
-    try:
-        solver, reason = _native.native_solver(
-            model, getattr(model._pointwise().field, "compiled", None))
-    finally:
-        _native._Program.source = original
-    assert solver is not None, reason
-    return solver
+    recorder, x, theta, out = model._pointwise().field.compiled.recording
+    program = _Program(recorder, x, theta, out)
+    n = model.n_states
+    source = program.source(n, model.n_params)
+    for side, width in zip(("LOWER", "UPPER"), program.band):
+        source = source.replace(f"#define BAND_{side} {width}\n",
+                                f"#define BAND_{side} {n - 1}\n")
+        assert f"#define BAND_{side} {n - 1}\n" in source  # the twin is dense
+    return NativeSolver(*_build(source + _DRIVER.read_text()), n, model.n_params,
+                        model.native_solver().param_in_field, (n - 1, n - 1))
 
 
 @needs_native
