@@ -51,6 +51,10 @@ _WINDOW_MOVE_SIGMAS = 10.0
 _SMOOTH_FRACTION = 8
 _SMOOTH_MIN_SAMPLES = 5
 _SMOOTH_MAX_SAMPLES = 15
+# Data of one sign: at most this share of a state's observations has the other sign (noise
+# about a state near 0 gives at most about half of the samples there the wrong sign; an
+# oscillation about 0 gives each sign about half of all of them).
+_OTHER_SIGN_SHARE = 0.25
 
 
 def start_from_data(experiment, observed, model, estimator_name):
@@ -88,15 +92,19 @@ def start_from_data(experiment, observed, model, estimator_name):
 
 def data_starts(experiment, observed, model, estimator_name):
     """Initial states to start a forward-solver fit from: the unknown (NaN) components
-    smoothed from the data, as first observed, and each of those with a component whose sign
-    is opposite to its data's median set to 0.
+    smoothed from the data, as first observed, and each of those with a component of
+    one-signed data (at most a quarter of its observations of the other sign) whose start
+    has the other sign set to 0.
 
     A noisy first observation of a small positive state can be negative (an infected
     fraction of 1e-3 under 2 % noise), and the ODE then blows up (``I' = (beta S - gamma) I``
     grows the negative ``I`` without bound); on a chaotic system either of two starts a third
     of a noise level off can cost 4x the other. A forward solver starts from the one with
     the lowest cost that it can integrate. Known components, guesses in ``x0``, hidden
-    states and data read through an observation model are never changed.
+    states and data read through an observation model are never changed. A state whose data
+    change sign (an oscillation about 0) is never set to 0: the origin is often an
+    equilibrium (Van der Pol's), where the observations do not depend on the parameters, and
+    its flat cost can be below that of a start whose cycle drifts out of phase.
 
     Parameters
     ----------
@@ -115,17 +123,20 @@ def data_starts(experiment, observed, model, estimator_name):
     unknown = np.isnan(experiment.x0)
     if model.has_observation_model or not unknown.any():
         return [first]
-    smoothed, medians = first.copy(), np.zeros_like(first)
+    smoothed, signs = first.copy(), np.zeros_like(first)
     for column, state in enumerate(observed):
         seen = experiment.mask[:, column]
         if not unknown[state] or not seen[0]:
             continue
         t, y = experiment.t[seen], experiment.Y[seen, column]
-        medians[state] = np.median(y)
+        if np.mean(y < 0) <= _OTHER_SIGN_SHARE:
+            signs[state] = 1.0
+        elif np.mean(y > 0) <= _OTHER_SIGN_SHARE:
+            signs[state] = -1.0
         n_local = min(_SMOOTH_MAX_SAMPLES, max(_SMOOTH_MIN_SAMPLES, y.size // _SMOOTH_FRACTION))
         if y.size >= n_local:
             smoothed[state] = smoothed_x0(t[:n_local], y[:n_local, None], np.inf)[0]
-    projected = [np.where(unknown & (x * medians < 0), 0.0, x) for x in (smoothed, first)]
+    projected = [np.where(unknown & (x * signs < 0), 0.0, x) for x in (smoothed, first)]
     starts = []
     for x in [smoothed, first, *projected]:
         if not any(np.array_equal(x, other) for other in starts):

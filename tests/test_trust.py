@@ -100,10 +100,16 @@ def test_adjoint_stuck_in_a_local_minimum_warns():
                                           x0=d.Y[0]), d.t, d.Y)
     assert est.fit_adequate_ is False and poor
     assert "local minimum" in str(poor[0].message)
-    # from the initial state smoothed from the data (the default), the same guess reaches
-    # the optimum: misfit 1.07 and 1.00 noise levels, theta within 2 % of (0.5, 0.3, 3)
+    # from the initial state smoothed from the data (the default) it stops there too, and
+    # says where to look
     est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init),
                                d.t, d.Y)
+    assert est.fit_adequate_ is False and poor
+    assert "init='bcdprox' or 'wendy'" in str(poor[0].message)
+    # a second start from WENDy's fit reaches the optimum: misfit 1.07 and 1.00 noise
+    # levels, theta within 2 % of (0.5, 0.3, 3)
+    est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init,
+                                          n_starts=2, random_state=0), d.t, d.Y)
     assert est.fit_adequate_ and not poor
     np.testing.assert_allclose(est.theta_, d.problem.theta, rtol=0.03)
 

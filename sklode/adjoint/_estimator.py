@@ -82,9 +82,9 @@ class AdjointODE(ODEEstimator):
         where estimated, the known value otherwise; NaN (or None) marks unknown components,
         which start from the data when that state is observed from its first time (of a
         quadratic through the first eighth of the samples, 5 to 15 of them, the first
-        observation, and either with negative values of positive data set to 0, the one
-        with the lowest cost at the start that the ODE can be integrated from) and need a
-        guess otherwise.
+        observation, and either with negative values of positive data (at most a quarter
+        of them negative) set to 0, the one with the lowest cost at the start that the ODE
+        can be integrated from) and need a guess otherwise.
         A dict gives them by state name (a list of dicts: one per experiment); a state
         it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
