@@ -10,7 +10,7 @@ import pytest
 
 from sklode import AdjointODE
 from sklode.datasets import make_trajectory
-from sklode.exceptions import BoundWarning
+from sklode.exceptions import BoundWarning, PoorFitWarning
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ class _VanDerPol(__import__("sklode").ODEModel):
                             + theta[3] * u], dim=-1)
 
 
-def _van_der_pol_data():
+def _van_der_pol_data(seed=0):
     from sklode.integrate import simulate
 
     t = np.linspace(0.0, 20.0, 401)
@@ -150,7 +150,8 @@ def _van_der_pol_data():
     X = simulate(_VanDerPol(), theta, np.array([2.0, 0.0]), t)
     # 3 % of the states' RMS (make_trajectory's draw): u's median is below 0, v's first
     # reading above it
-    Y = X + 0.03 * np.sqrt(np.mean(X**2)) * np.random.RandomState(0).standard_normal(X.shape)
+    Y = X + 0.03 * np.sqrt(np.mean(X**2)) * np.random.RandomState(seed).standard_normal(
+        X.shape)
     return t, Y, theta
 
 
@@ -176,6 +177,44 @@ def test_adjoint_fits_an_oscillation_from_its_data_start():
     # standard errors of the loosest (the origin start stopped at 1.3 theta: 30 % off)
     np.testing.assert_allclose(est.theta_, theta, rtol=0.06)
     np.testing.assert_allclose(est.x0_, [2.0, 0.0], atol=0.1)
+
+
+def test_a_fit_out_of_phase_is_refitted_over_growing_horizons():
+    t, Y, theta = _van_der_pol_data(seed=2)
+    # from 1.3 theta the whole series drifts out of phase: a local minimum, warned
+    with pytest.warns(PoorFitWarning, match="fits its training data poorly"):
+        plain = AdjointODE(_VanDerPol(), theta0=1.3 * theta, grow_horizon=False).fit(t, Y)
+    assert plain.fit_adequate_ is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no poor fit left to report
+        est = AdjointODE(_VanDerPol(), theta0=1.3 * theta).fit(t, Y)
+    assert "growing time horizons" in est.solver_
+    assert est.fit_adequate_ and est.loss_history_[-1] < 0.01 * plain.loss_history_[-1]
+    # the optimum of these data: within 2 standard errors of the truth (z 0.3-1.4 measured)
+    assert np.all(np.abs(est.theta_ - theta) < 2 * est.theta_stderr_)
+
+
+def test_an_adequate_fit_is_not_refitted(lv):
+    kw = dict(theta0=1.1 * lv.problem.theta)
+    est = AdjointODE(lv.problem.model, **kw).fit(lv.t, lv.Y)
+    plain = AdjointODE(lv.problem.model, grow_horizon=False, **kw).fit(lv.t, lv.Y)
+    assert "horizon" not in est.solver_
+    np.testing.assert_array_equal(est.theta_, plain.theta_)  # the same path, not a refit
+
+
+def test_first_part_cuts_every_experiment_from_its_own_start():
+    from sklode._validation import check_experiments
+    from sklode.adjoint._estimator import HORIZON_MIN_SAMPLES, _first_part
+
+    t1, t2 = np.linspace(0.0, 8.0, 81), np.linspace(0.0, 2.0, 12)
+    Y1, Y2 = np.ones((81, 2)), np.ones((12, 2))
+    data = check_experiments([t1, t2], [Y1, Y2], model=_VanDerPol())
+    part = _first_part(data, 0.25)
+    first, second = part.experiments
+    np.testing.assert_array_equal(first.t, t1[t1 <= 2.0])  # a quarter of [0, 8]
+    assert second.t.size == HORIZON_MIN_SAMPLES  # a quarter of [0, 2] keeps 4: too few
+    assert first.Y.shape == (first.t.size, 2) and first.mask.shape == first.Y.shape
+    assert _first_part(data, 1.0) is None  # nothing shorter than the whole
 
 
 class _Quadratic(__import__("sklode").ODEModel):

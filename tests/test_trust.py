@@ -96,22 +96,25 @@ def test_adjoint_stuck_in_a_local_minimum_warns():
     # From the paper's guess (2, 2, 5) and the first (noisy) observation as x0, single
     # shooting stops where R^2 is -0.01 (misfit 3.1 noise levels); BCD-prox and WENDy fit
     # the same data at 1.0-1.1.
+    # (over the whole series at once: grow_horizon=False)
     est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init,
-                                          x0=d.Y[0]), d.t, d.Y)
+                                          x0=d.Y[0], grow_horizon=False), d.t, d.Y)
     assert est.fit_adequate_ is False and poor
     assert "local minimum" in str(poor[0].message)
-    # from the initial state smoothed from the data (the default) it stops there too, and
-    # says where to look
-    est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init),
-                               d.t, d.Y)
+    # from the initial state smoothed from the data it stops there too, and says where to
+    # look
+    est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init,
+                                          grow_horizon=False), d.t, d.Y)
     assert est.fit_adequate_ is False and poor
     assert "init='bcdprox' or 'wendy'" in str(poor[0].message)
-    # a second start from WENDy's fit reaches the optimum: misfit 1.07 and 1.00 noise
-    # levels, theta within 2 % of (0.5, 0.3, 3)
-    est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init,
-                                          n_starts=2, random_state=0), d.t, d.Y)
-    assert est.fit_adequate_ and not poor
-    np.testing.assert_allclose(est.theta_, d.problem.theta, rtol=0.03)
+    # a second start from WENDy's fit, or (the default) the poor fit refitted over growing
+    # time horizons, reaches the optimum: misfit 1.07 and 1.00 noise levels, theta within
+    # 2 % of (0.5, 0.3, 3)
+    for settings in (dict(n_starts=2, random_state=0, grow_horizon=False), {}):
+        est, poor = _fit_recording(AdjointODE(d.problem.model, theta0=d.problem.theta_init,
+                                              **settings), d.t, d.Y)
+        assert est.fit_adequate_ and not poor
+        np.testing.assert_allclose(est.theta_, d.problem.theta, rtol=0.03)
 
 
 def test_too_short_series_are_not_judged():
@@ -182,12 +185,18 @@ def test_positivity_from_the_default_guess_warns_and_init_reaches_the_optimum():
     t, Y = _yearly_cycle()
     # From the default guess (1, 1, 1, 1), 30-50 times too large for b and d, positive=True
     # used to stop converged at theta ~ (3e-8, 0.002, 0.14, 0.004), R^2 0.07, in silence.
-    est, poor = _fit_recording(AdjointODE(LotkaVolterra(), positive=True), t, Y)
+    # It still does over the whole series at once, and now says so.
+    est, poor = _fit_recording(AdjointODE(LotkaVolterra(), positive=True,
+                                          grow_horizon=False), t, Y)
     assert est.converged_ and est.fit_adequate_ is False
     assert poor and "init='bcdprox' or 'wendy'" in str(poor[0].message)
     # The lowest cost of 30 random starts (measured: 134.07 at theta (0.59, 0.030, 0.78,
     # 0.025)) is what the fit from the true parameters reaches too.
     optimum = AdjointODE(LotkaVolterra(), theta0=(0.55, 0.028, 0.84, 0.026)).fit(t, Y)
+    # By default that poor fit is refitted over growing time horizons: the optimum
+    est, poor = _fit_recording(AdjointODE(LotkaVolterra(), positive=True), t, Y)
+    assert est.fit_adequate_ is True and not poor and "growing time horizons" in est.solver_
+    assert est.loss_history_[-1] <= optimum.loss_history_[-1] * (1 + 1e-6)
     for init in ("wendy", "bcdprox"):
         started, poor = _fit_recording(AdjointODE(LotkaVolterra(), positive=True, init=init),
                                        t, Y)
