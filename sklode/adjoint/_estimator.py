@@ -107,9 +107,10 @@ class AdjointODE(ODEEstimator):
         where estimated, the known value otherwise; NaN (or None) marks unknown components,
         which start from the data when that state is observed from its first time (of a
         quadratic through the first eighth of the samples, 5 to 15 of them, the first
-        observation, and either with negative values of positive data (at most a quarter
-        of them negative) set to 0, the one with the lowest cost at the start that the ODE
-        can be integrated from) and need a guess otherwise.
+        observation, and either with negative values of positive data (whose negative
+        values reach at most a third as far) moved just inside the data's sign, the one with
+        the lowest cost at the start that the ODE can be integrated from) and need a guess
+        otherwise.
         A dict gives them by state name (a list of dicts: one per experiment); a state
         it leaves out is unknown.
     t0 : float or array-like of shape (n_experiments,), default=None
@@ -739,8 +740,8 @@ default=False
         objective, u0, exc = failed[0]
         also = ("" if len(failed) == 1 else
                 f" It failed too from {len(failed) - 1} other initial state(s) taken from the "
-                "data (smoothed, as first observed, negative values of positive data set to "
-                "0): give x0 a guess, or x0_bounds.")
+                "data (smoothed, as first observed, negative values of positive data moved just "
+                "above 0): give x0 a guess, or x0_bounds.")
         return objective, cannot_start(objective, u0, exc, also)
 
     def _data_starts(self, data):
