@@ -210,8 +210,8 @@ default=False
         forward solve from a guess 30 % off drifts out of phase with an oscillation or a
         chaotic orbit within a few cycles, and its cost has a local minimum there; over a
         short horizon it does not, and each longer one starts near its answer (Van der
-        Pol, Rössler, Lorenz-63 from 1.3 times the truth). Fits that pass cost nothing
-        more.
+        Pol, Rössler, Lorenz-63 from 1.3 times the truth). A fit that passes costs one
+        forward solve more (the check).
     random_state : int, RandomState instance or None, default=None
         Seed of the random starts (they are drawn before any fit, so the result does not
         depend on ``n_jobs``).
