@@ -979,9 +979,7 @@ class DoseSplit:
             for j, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
                 rows = (e.t > lo) & (e.t <= hi)
                 if j == 0:
-                    piece = replace(e, t=e.t[rows], Y=e.Y[rows], mask=e.mask[rows], x0=x0,
-                                    doses=(), sigma=None if e.sigma is None
-                                    else e.sigma[rows])
+                    piece = replace(e.at_rows(rows), x0=x0, doses=())
                     if node_at_t0 and e.t0 < piece.t[0]:
                         # one unobserved node at t0: its state is held where known (a dose
                         # into an empty compartment); estimated components are shot back
@@ -1000,11 +998,10 @@ class DoseSplit:
                                             [empty, piece.sigma]))
                         self.node[k] = n_new
                 else:
-                    piece = replace(e, t=e.t[rows], Y=e.Y[rows], mask=e.mask[rows],
+                    piece = replace(e.at_rows(rows),
                                     t0=float(e.t[rows][0]) if rows.any() else lo,
                                     x0=np.where(np.isfinite(e.x0), e.x0, np.nan),
-                                    estimate_x0=np.ones(data.n_states, dtype=bool), doses=(),
-                                    sigma=None if e.sigma is None else e.sigma[rows])
+                                    estimate_x0=np.ones(data.n_states, dtype=bool), doses=())
                 if int(rows.sum()) < min_samples:
                     where = f" {e.name!r}" if e.name is not None else f" {k}"
                     span = ("before its first dose after t0" if j == 0 else

@@ -102,6 +102,12 @@ class Experiment:
         """Whether every entry of ``Y`` is observed."""
         return bool(self.mask.all())
 
+    def at_rows(self, rows):
+        """The same experiment with only the sample rows ``rows`` (an index, a slice or a
+        boolean mask): ``t``, ``Y``, ``mask`` and ``sigma`` cut alike, the rest as is."""
+        return replace(self, t=self.t[rows], Y=self.Y[rows], mask=self.mask[rows],
+                       sigma=None if self.sigma is None else self.sigma[rows])
+
 
 @dataclass(frozen=True)
 class ExperimentData:

@@ -74,8 +74,7 @@ def _first_part(data, fraction):
         keep = max(int(np.searchsorted(e.t, end, side="right")), HORIZON_MIN_SAMPLES)
         if keep < e.t.size:
             shorter = True
-            e = replace(e, t=e.t[:keep], Y=e.Y[:keep], mask=e.mask[:keep],
-                        sigma=None if e.sigma is None else e.sigma[:keep],
+            e = replace(e.at_rows(slice(keep)),
                         doses=tuple(d for d in e.doses if d[0] <= e.t[keep - 1]))
         experiments.append(e)
     return replace(data, experiments=tuple(experiments)) if shorter else None
@@ -468,10 +467,11 @@ default=False
                                                           fitted)
             n_solves += grown_solves
             if grown is not None:
-                start_note += (f"; refitted over growing time horizons (cost "
-                               f"{start_costs[best]:.6g} -> {grown[0].cost(grown[1].u):.6g})")
                 objective, res = grown
-                start_costs[best] = objective.cost(res.u)
+                cost = objective.cost(res.u)
+                start_note += (f"; refitted over growing time horizons (cost "
+                               f"{start_costs[best]:.6g} -> {cost:.6g})")
+                start_costs[best] = cost
         if len(starts) > 1:
             start_note += (f"; best of {len(starts)} starts (start {best}; "
                            f"{n_redrawn} random start(s) drawn again where the ODE could not "
