@@ -296,6 +296,32 @@ def test_the_second_start_comes_from_the_data(lorenz63):
     assert np.isfinite(two.start_costs_).all() and two.start_costs_[1] < two.start_costs_[0]
 
 
+
+# slow: three Lorenz-63 fits over 2,001 samples (~9 s); runs in .ci/run's slow stage
+@pytest.mark.slow
+def test_horizons_grown_by_sqrt2_reach_the_optimum_doubling_misses(monkeypatch):
+    import sklode.adjoint._estimator as adjoint_estimator
+    from sklode.integrate import simulate
+    from sklode.models import Lorenz63
+
+    theta = np.array([10.0, 28.0, 8.0 / 3.0])
+    t = np.linspace(0.0, 10.0, 2001)  # ten Lyapunov times: benchmarks/coverage.py's grid
+    X = simulate(Lorenz63(), theta, [-8.0, 7.0, 27.0], t)
+    Y = X + 0.1 * np.sqrt(np.mean(X**2)) * np.random.default_rng(0).standard_normal(X.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # the reference: started at the true theta and x0
+        optimum = AdjointODE(Lorenz63(), theta0=theta, x0=X[0]).fit(t, Y)
+        est = AdjointODE(Lorenz63(), theta0=1.3 * theta).fit(t, Y)
+        monkeypatch.setattr(adjoint_estimator, "HORIZON_FRACTIONS", (0.125, 0.25, 0.5))
+        doubled = AdjointODE(Lorenz63(), theta0=1.3 * theta).fit(t, Y)
+    assert "growing time horizons" in est.solver_
+    # measured 7587.8 against 7588.1 from the truth, where doubling stops 38 above it
+    assert est.start_costs_[0] < optimum.start_costs_[0] + 1.0
+    # doubling the horizon stopped in a local minimum (measured 7625.8, z = 5.05 in sigma)
+    assert doubled.start_costs_[0] > optimum.start_costs_[0] + 20.0
+    assert np.all(np.abs(est.theta_ - theta) < 2.5 * est.theta_stderr_)  # measured |z| <= 0.65
+
 def test_no_data_start_where_neither_method_takes_the_data(sir):
     import torch
 

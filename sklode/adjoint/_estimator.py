@@ -60,8 +60,12 @@ class _Posed(NamedTuple):
 
 
 #: The first parts of the time span that ``grow_horizon`` fits before the whole (each
-#: experiment's, from its t0), and the fewest samples a part keeps.
-HORIZON_FRACTIONS = (0.125, 0.25, 0.5)
+#: experiment's, from its t0), each sqrt(2) times the one before, and the fewest samples a
+#: part keeps. Each part starts from the fit of the one before, and a chaotic or
+#: out-of-phase error grows over the added stretch: doubling (1/8, 1/4, 1/2) left 26 of 100
+#: Lorenz-63 fits at 10 % noise in a local minimum 5-90 cost units above the one reached
+#: from the truth; steps of sqrt(2) reach it at the same CPU (2.7 against 2.5 s a fit).
+HORIZON_FRACTIONS = tuple(2.0 ** (k / 2) / 8 for k in range(6))  # 1/8 ... 1/sqrt(2)
 HORIZON_MIN_SAMPLES = 10
 
 
@@ -204,8 +208,9 @@ default=False
     grow_horizon : bool, default=True
         Where the best fit misses the data by more than the noise allows (a misfit ratio
         above 2.5, as :class:`~sklode.exceptions.PoorFitWarning` judges), refit its start
-        over growing time horizons: the first eighth of every experiment's span, then a
-        quarter, a half and all of it, each from the fit before; keep the lower cost. A
+        over growing time horizons: the first eighth of every experiment's span, then
+        parts each sqrt(2) times longer (a quarter after two, a half after four) and all
+        of it, each from the fit before; keep the lower cost. A
         forward solve from a guess 30 % off drifts out of phase with an oscillation or a
         chaotic orbit within a few cycles, and its cost has a local minimum there; over a
         short horizon it does not, and each longer one starts near its answer (Van der
