@@ -196,6 +196,32 @@ def test_a_fit_out_of_phase_is_refitted_over_growing_horizons():
     assert np.all(np.abs(est.theta_ - theta) < 2 * est.theta_stderr_)
 
 
+
+def test_a_local_minimum_below_the_warning_is_refitted(monkeypatch):
+    import sklode.adjoint._estimator as adjoint_estimator
+    from sklode.datasets import Problem
+    from sklode.models import Rossler
+
+    theta, t = np.array([0.2, 0.2, 5.7]), np.linspace(0.0, 50.0, 1001)
+    rossler = Problem(name="rossler", model=Rossler(), theta=theta, x0=np.array([1.0, 1.0, 0.0]),
+                      t=t, t0=0.0, observed=(0, 1, 2), noise=0.1, noise_kind="relative_rms",
+                      theta_init=None, x0_init=None, source="benchmarks/coverage.py")
+    d = make_trajectory(rossler, random_state=11)  # draw 11 of the coverage cell
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = AdjointODE(Rossler(), theta0=1.3 * theta).fit(d.t, d.Y)
+        # refitted only above the warning's 2.5, as before HORIZON_RATIO
+        monkeypatch.setattr(adjoint_estimator, "HORIZON_RATIO", 2.5)
+        stuck = AdjointODE(Rossler(), theta0=1.3 * theta).fit(d.t, d.Y)
+    # the local minimum: misfit ratios 1.32-1.46 (no warning), a and b 13-18 standard
+    # errors off, cost 411.4 against the optimum's 231.8 (measured)
+    assert np.all(stuck.misfit_ratio_ < 2.5) and np.any(stuck.misfit_ratio_ > 1.25)
+    assert "growing time horizons" not in stuck.solver_
+    assert "growing time horizons" in est.solver_
+    assert est.start_costs_[0] < 0.7 * stuck.start_costs_[0]
+    assert np.all(est.misfit_ratio_ < 1.15)  # measured 1.02-1.07
+    assert np.all(np.abs(est.theta_ - theta) < 2.5 * est.theta_stderr_)  # measured |z| <= 1.5
+
 def test_an_adequate_fit_is_not_refitted(lv):
     kw = dict(theta0=1.1 * lv.problem.theta)
     est = AdjointODE(lv.problem.model, **kw).fit(lv.t, lv.Y)
