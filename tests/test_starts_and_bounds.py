@@ -196,7 +196,6 @@ def test_a_fit_out_of_phase_is_refitted_over_growing_horizons():
     assert np.all(np.abs(est.theta_ - theta) < 2 * est.theta_stderr_)
 
 
-
 def test_a_local_minimum_below_the_warning_is_refitted(monkeypatch):
     import sklode.adjoint._estimator as adjoint_estimator
     from sklode.datasets import Problem
@@ -221,6 +220,7 @@ def test_a_local_minimum_below_the_warning_is_refitted(monkeypatch):
     assert est.start_costs_[0] < 0.7 * stuck.start_costs_[0]
     assert np.all(est.misfit_ratio_ < 1.15)  # measured 1.02-1.07
     assert np.all(np.abs(est.theta_ - theta) < 2.5 * est.theta_stderr_)  # measured |z| <= 1.5
+
 
 def test_an_adequate_fit_is_not_refitted(lv):
     kw = dict(theta0=1.1 * lv.problem.theta)
@@ -322,7 +322,6 @@ def test_the_second_start_comes_from_the_data(lorenz63):
     assert np.isfinite(two.start_costs_).all() and two.start_costs_[1] < two.start_costs_[0]
 
 
-
 # slow: three Lorenz-63 fits over 2,001 samples (~9 s); runs in .ci/run's slow stage
 @pytest.mark.slow
 def test_horizons_grown_by_sqrt2_reach_the_optimum_doubling_misses(monkeypatch):
@@ -347,6 +346,7 @@ def test_horizons_grown_by_sqrt2_reach_the_optimum_doubling_misses(monkeypatch):
     # doubling the horizon stopped in a local minimum (measured 7625.8, z = 5.05 in sigma)
     assert doubled.start_costs_[0] > optimum.start_costs_[0] + 20.0
     assert np.all(np.abs(est.theta_ - theta) < 2.5 * est.theta_stderr_)  # measured |z| <= 0.65
+
 
 def test_no_data_start_where_neither_method_takes_the_data(sir):
     import torch

@@ -213,10 +213,9 @@ default=False
     grow_horizon : bool, default=True
         Where the best fit misses the data by more than the noise allows (a misfit ratio
         above 1.25 in any observed state; :class:`~sklode.exceptions.PoorFitWarning` warns
-        above 2.5), refit its start
-        over growing time horizons: the first eighth of every experiment's span, then
-        parts each sqrt(2) times longer (a quarter after two, a half after four) and all
-        of it, each from the fit before; keep the lower cost. A
+        above 2.5), refit its start over growing time horizons: the first eighth of every
+        experiment's span, then parts each sqrt(2) times longer (a quarter after two, a
+        half after four) and all of it, each from the fit before; keep the lower cost. A
         forward solve from a guess 30 % off drifts out of phase with an oscillation or a
         chaotic orbit within a few cycles, and its cost has a local minimum there; over a
         short horizon it does not, and each longer one starts near its answer (Van der
