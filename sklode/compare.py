@@ -3,6 +3,10 @@
 Every trial is a pure function of ``(problem, method, trial, random_state)``: the noise seed is
 ``random_state + trial`` and the perturbed initial guess is drawn from its own stream, so the
 records do not depend on ``n_jobs`` or on the joblib backend (loky, threads, Dask, Ray).
+One exception: with the threading backend, ``warnings`` and ``warning_messages`` may miss a
+warning or hold another fit's. Python's warning filters and its recording hook are one per
+process (context-local only from Python 3.14), and a fit that silences warnings for a moment
+silences them in every thread; process-based backends record each fit's warnings exactly.
 
 >>> from sklode.compare import compare, summarize
 >>> records = compare("lotka_volterra", methods=["bcdprox", "adjoint"], trials=2,

@@ -71,7 +71,14 @@ def test_compare_is_the_same_for_any_n_jobs_and_backend():
     processes = compare("lotka_volterra", n_jobs=2, **kwargs)
     with parallel_config(backend="threading"):
         threads = compare("lotka_volterra", n_jobs=2, **kwargs)
-    assert _strip(serial) == _strip(processes) == _strip(threads)
+    assert _strip(serial) == _strip(processes)
+    # in threads everything but the warnings: before Python 3.14 the warning filters and
+    # the recording hook are the process's, shared by the threads (measured: a WENDy
+    # fit's PoorFitWarning recorded serially and in processes, lost in a thread)
+    warned = {"warnings", "warning_messages"}
+    assert ([{k: v for k, v in r.items() if k not in warned} for r in _strip(serial)]
+            == [{k: v for k, v in r.items() if k not in warned} for r in _strip(threads)])
+    assert any(r["warnings"] for r in serial)  # the exception above is exercised
     assert all(r["status"] == "ok" for r in serial)
 
 

@@ -13,6 +13,7 @@ from .._bootstrap import replicate_noise
 from .._estimator import (
     BOOTSTRAP_CONSTRAINTS,
     COMMON_CONSTRAINTS,
+    WENDY_OUTPUT_ERROR_OFFSET,
     DoseSplit,
     ODEEstimator,
     estimated_x0_mask,
@@ -203,6 +204,14 @@ class WENDyODE(ODEEstimator):
         With ``n_boot`` > 0: the replicates' mean minus ``theta_``, WENDy's bias at this fit
         (:meth:`confidence_intervals` takes it out; above 1.5 standard errors it warns
         :class:`~sklode.exceptions.PoorFitWarning`). None without a bootstrap.
+    output_error_offset_ : ndarray of shape (n_params,) or None
+        How far ``theta_`` lies from the output-error optimum, per parameter in
+        ``theta_stderr_``: one Gauss-Newton step of the output-error cost from the fit (0 for
+        ``fixed`` parameters, NaN for unidentifiable ones). That optimum is nearly unbiased
+        and at least as precise as WENDy, so beyond 1.5 WENDy's estimate is biased or far
+        less precise than it and its intervals may undercover: the fit warns
+        :class:`~sklode.exceptions.PoorFitWarning` (not with ``n_boot`` or bounds, nor on a
+        fit already warned as poor). None where the forward solve at the fit failed.
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     sigma_ : ndarray of shape (n_states,)
@@ -425,6 +434,9 @@ class WENDyODE(ODEEstimator):
         uncertainty_attributes = self._bootstrap_attributes(data, theta, x0s, fitted,
                                                             uncertainty_attributes)
         several = data.several
+        assessment = self._assess_fit(
+            data, theta, x0s, "Try x0_method='shooting_all' if the prediction drifts late in "
+            "the series, or AdjointODE started from this theta_.", polish_fitted=fitted)
         return self._set_fitted(
             theta_=theta, sigma_=res.sigma, theta_ols_=full_theta(solved.fit_model,
                                                                   res.theta_ols),
@@ -436,9 +448,13 @@ class WENDyODE(ODEEstimator):
             **likelihood_attributes(model, theta, data, x0s, self._simulation_options(),
                                     sigma=self.sigma, noise_kind=self.noise_kind,
                                     n_fitted=int(fitted.sum()) + n_x0),
-            **self._assess_fit(data, theta, x0s, "Try x0_method='shooting_all' if the "
-                               "prediction drifts late in the series, or AdjointODE started "
-                               "from this theta_.", polish_fitted=fitted),
+            **assessment, **self._offset_attributes(
+                uncertainty, fitted, assessment["fit_adequate_"],
+                limit=WENDY_OUTPUT_ERROR_OFFSET,
+                meaning="The output-error optimum is nearly unbiased and at least as precise "
+                "as WENDy, so WENDy's estimate is biased here or far less precise than that "
+                "optimum; intervals centred on theta_ may then cover the truth less often than "
+                "they claim."),
             **self._data_attributes(data))
 
     def _bound_noise(self, model, data, theta, x0s, sigma, n_fitted):
