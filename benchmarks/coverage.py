@@ -102,8 +102,11 @@ def one_fit(method, name, noise, seed):
     lower, upper = est.confidence_intervals(0.95).T
     z = ((lower + upper) / 2 - p.theta) / est.theta_stderr_
     z_theta = (est.theta_ - p.theta) / est.theta_stderr_  # centred on theta_ itself
+    # the output-error step in standard errors, to replay another warning limit offline
+    offset = getattr(est, "output_error_offset_", None)
     return {"z": [float(v) for v in z], "z_theta": [float(v) for v in z_theta], "cpu": cpu,
-            "warned": said, "messages": messages}
+            "warned": said, "messages": messages,
+            "offset": None if offset is None else [float(v) for v in offset]}
 
 
 def merge(old, new, new_fits):
