@@ -174,8 +174,8 @@ def to_markdown(results, stem="coverage"):
              "`+bootB` rows: the same estimator with `n_boot=B`, its interval "
              "`confidence_intervals()` (centred on θ̂ − theta_bias_); `coverage_theta` in "
              "the JSON is the same interval centred on θ̂. Unwarned: the coverage of the fits "
-             "that raised no warning (— where every fit warned, or the cell merges seeds "
-             "whose warnings were not stored per fit).", "",
+             "that raised no warning (— where every fit warned, or where the cell's "
+             f"per-fit records predate `{stem}_fits.jsonl`: the `+boot` rows).", "",
              "| system | σ_NR | method | fits (failed) | coverage per parameter | mean z | "
              "spread of z | warned | CPU s | unwarned coverage |",
              "|---|---|---|---|---|---|---|---|---|---|"]
