@@ -198,15 +198,28 @@ def to_markdown(results, stem="coverage"):
     return "\n".join(lines) + "\n"
 
 
-def unwarned_from_records(results, records, path, stem):
-    """Add ``coverage_unwarned`` to the cells of ``results`` that lack it, from the last
-    record of each of their seeds in ``records``, where re-summarising those records gives
-    the cell's stored coverage and fit count (so they are the fits it summarised)."""
+def read_records(records):
+    """``{(key, seed): fit}`` from the per-fit records file, the last record of each seed
+    (a rerun appends; its record wins)."""
     last = {}
     for line in records.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
             last[r["key"], r["seed"]] = r["fit"]
+    return last
+
+
+def write_results(results, path, stem):
+    """The summaries as ``path`` (JSON) and their table as ``RESULTS/stem.md``."""
+    path.write_text(json.dumps(results, indent=1))
+    (RESULTS / f"{stem}.md").write_text(to_markdown(results, stem))
+
+
+def unwarned_from_records(results, records, path, stem):
+    """Add ``coverage_unwarned`` to the cells of ``results`` that lack it, from the last
+    record of each of their seeds in ``records``, where re-summarising those records gives
+    the cell's stored coverage and fit count (so they are the fits it summarised)."""
+    last = read_records(records)
     added = 0
     for key, cell in results.items():
         if "coverage_unwarned" in cell or "seeds_merged" in cell or "coverage" not in cell:
@@ -219,8 +232,7 @@ def unwarned_from_records(results, records, path, stem):
                 and "coverage_unwarned" in again):
             cell["coverage_unwarned"] = again["coverage_unwarned"]
             added += 1
-    path.write_text(json.dumps(results, indent=1))
-    (RESULTS / f"{stem}.md").write_text(to_markdown(results, stem))
+    write_results(results, path, stem)
     print(f"unwarned coverage added to {added} of {len(results)} cells")
     return 0
 
@@ -253,12 +265,7 @@ def main(argv=None):
     path = RESULTS / f"{args.results}.json"
     records = RESULTS / f"{args.results}_fits.jsonl"
     results = json.loads(path.read_text()) if path.exists() else {}
-    stored = {}
-    if args.resume and records.exists():
-        for line in records.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                stored[r["key"], r["seed"]] = r["fit"]
+    stored = read_records(records) if args.resume and records.exists() else {}
 
     if args.unwarned_from_records:
         return unwarned_from_records(results, records, path, args.results)
@@ -291,9 +298,7 @@ def main(argv=None):
                                              f"--first-seed {args.first_seed}")
                         summary = merge(done, summary, fits)
                     results[key] = summary
-                    path.write_text(json.dumps(results, indent=1))
-                    (RESULTS / f"{args.results}.md").write_text(
-                        to_markdown(results, args.results))
+                    write_results(results, path, args.results)
                     print(name, noise, method, results[key].get(
                         "coverage"), flush=True)
     return 0
