@@ -6,7 +6,7 @@ observations on [0, 2]: the CPU of one gradient of the least-squares cost (value
 * ``integrator="CVODES"``, its switch lifted: the compiled model, CVODES' forward
   sensitivities (d + 1 columns) whatever their number;
 * ``integrator="CVODES"`` as shipped: CVODES' sensitivities while states x columns stays
-  under ``sklode._sensitivity.NATIVE_MAX_WORK_GRADIENT``, the collocation adjoint on a
+  under ``sklode.outputerror._sensitivity.NATIVE_MAX_WORK_GRADIENT``, the collocation adjoint on a
   LSODA trajectory above (the rule this benchmark sets);
 * ``integrator="LSODA"``, ``gradient="adjoint"``: one solve with dense output and the
   Gauss-collocation continuous adjoint (one backward pass whatever the number of unknowns);
@@ -44,7 +44,7 @@ def _best(fn, repeat=3):
 
 def one(d):
     from sklode import simulate
-    from sklode._objective import build_objective
+    from sklode.outputerror._objective import build_objective
     from sklode.models import Lorenz96
 
     model = Lorenz96(n_states=d)
@@ -53,7 +53,7 @@ def one(d):
     t = np.linspace(0.0, 2.0, 41)
     Y = simulate(model, [8.0], x0, t) + rng.normal(0.0, 0.1, (t.size, d))
     out = {"unknowns": d + 1}
-    import sklode._sensitivity as sensitivity
+    import sklode.outputerror._sensitivity as sensitivity
 
     variants = [("cvodes_forward", "CVODES", "forward"), ("cvodes_shipped", "CVODES", "adjoint"),
                 ("lsoda_adjoint", "LSODA", "adjoint")]

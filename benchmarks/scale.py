@@ -98,7 +98,7 @@ def one(method, system, d, T):
     import sklode.integrate
     from sklode.datasets import make_trajectory
 
-    import sklode._uncertainty
+    import sklode.diagnostics._uncertainty
     import sklode.adjoint._estimator
     import sklode.wendy._estimator
 
@@ -118,8 +118,8 @@ def one(method, system, d, T):
     # least-squares shooting fit with d sensitivity columns, once per fit, not per
     # iteration), timed apart
     covariance_cpu, shooting_cpu = [0.0], [0.0]
-    sklode._uncertainty.fit_uncertainty = sklode.adjoint._estimator.fit_uncertainty = timed(
-        sklode._uncertainty.fit_uncertainty, covariance_cpu)
+    sklode.diagnostics._uncertainty.fit_uncertainty = sklode.adjoint._estimator.fit_uncertainty = timed(
+        sklode.diagnostics._uncertainty.fit_uncertainty, covariance_cpu)
     sklode.wendy._estimator.shoot_initial_state = timed(
         sklode.wendy._estimator.shoot_initial_state, shooting_cpu)
     p = problem(system, d, T)

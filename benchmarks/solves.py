@@ -94,7 +94,7 @@ def sklode_cases(name):
 
 
 def sklode_side(name, cache):
-    from sklode._sensitivity import forward_trajectory, sensitivities
+    from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
     from sklode.models import check_model
 
     os.environ["SKLODE_CACHE_DIR"] = cache

@@ -1,5 +1,6 @@
 """Fit every method on every named problem it applies to (noise seed 0, posed by the registry)
-and write ``theta_`` per fit; or compare two such snapshots.
+and write ``theta_`` per fit, with the PEtab problems' nominal -log L and a MixedEffectsODE
+fit of indomethacin; or compare two such snapshots.
 
 Used to show that a refactoring leaves the estimates unchanged::
 
@@ -16,8 +17,13 @@ import argparse
 import json
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
+
+HERE = Path(__file__).resolve().parent
+# this folder holds petab.py: it must not hide the petab package from sklode.petab
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 
 def snapshot(integrator=None):
@@ -50,6 +56,52 @@ def snapshot(integrator=None):
     return out
 
 
+def petab_nominal(collection):
+    """``{"petab/NAME": {"neg_log_likelihood"}}`` at the nominal values, every problem that
+    loads (the default forward solve)."""
+    from sklode import petab
+
+    out = {}
+    for folder in sorted(p for p in collection.iterdir() if p.is_dir()):
+        try:
+            problem = petab.load(next(folder.glob("*.yaml")))
+        except petab.UnsupportedFeature:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = float(problem.neg_log_likelihood())
+        out[f"petab/{folder.name}"] = {"neg_log_likelihood": value}
+        print(folder.name, value, flush=True)
+    return out
+
+
+def population():
+    """The indomethacin MixedEffectsODE fit (the two-compartment IV model, k10 and V random)."""
+    from sklode import MixedEffectsODE
+    from sklode.datasets import load_indomethacin
+    from sklode.models import TwoCompartmentIV
+
+    est = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10", "V"), x0=[0.0, 0.0],
+                          t0=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(load_indomethacin().experiments)
+    cov = getattr(est, "theta_cov_", None)
+    if cov is None:
+        cov = est.cov_
+    record = {"theta": est.theta_.tolist(), "n_iter": int(est.n_iter_),
+              "omega": np.asarray(est.omega_).tolist(),
+              "neg_log_likelihood": float(est.neg_log_likelihood_),
+              "theta_cov": np.asarray(cov).tolist()}
+    print("indomethacin", record["theta"], record["neg_log_likelihood"], flush=True)
+    return {"population/indomethacin": record}
+
+
+def _relative(a, b):
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.max(np.abs(b - a) / np.maximum(np.abs(a), 1e-300))) if a.size else 0.0
+
+
 def compare(before, after):
     """A markdown table: the estimate before, and the largest relative change after."""
     lines = ["| problem / method | theta_ before | max relative change after | iterations "
@@ -62,10 +114,12 @@ def compare(before, after):
             same = old.get("error", "")[:60] == new.get("error", "")[:60]
             lines.append(f"| {key} | {old.get('error', '')[:60]}... | "
                          f"{'the same error' if same else new} | |")
+        elif "theta" not in old:
+            rel = _relative(old["neg_log_likelihood"], new["neg_log_likelihood"])
+            lines.append(f"| {key} | -log L {old['neg_log_likelihood']:.6f} | {rel:.1e} | |")
         else:
-            a, b = np.asarray(old["theta"]), np.asarray(new["theta"])
-            rel = float(np.max(np.abs(b - a) / np.maximum(np.abs(a), 1e-300)))
-            shown = np.array2string(a, precision=4, max_line_width=1000)
+            rel = max(_relative(old[k], new[k]) for k in old if k != "n_iter")
+            shown = np.array2string(np.asarray(old["theta"]), precision=4, max_line_width=1000)
             lines.append(f"| {key} | {shown} | {rel:.1e} | {old['n_iter']} / {new['n_iter']} |")
     return "\n".join(lines) + "\n"
 
@@ -75,12 +129,22 @@ def main(argv=None):
     parser.add_argument("--output", help="write the snapshot here (JSON)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--integrator", help="set on every estimator (e.g. CVODES)")
+    parser.add_argument("--parts", default="zoo,petab,population",
+                        help="comma-separated: zoo, petab (the collection's nominal -log L), "
+                             "population (indomethacin)")
+    parser.add_argument("--collection", default=str(Path(__file__).resolve().parents[2]
+                                                    / "shared" / "petab"))
     args = parser.parse_args(argv)
     if args.compare:
         before, after = (json.load(open(path)) for path in args.compare)
         print(compare(before, after))
         return 0
-    result = snapshot(args.integrator)
+    parts = args.parts.split(",")
+    result = snapshot(args.integrator) if "zoo" in parts else {}
+    if "petab" in parts:
+        result.update(petab_nominal(Path(args.collection)))
+    if "population" in parts:
+        result.update(population())
     if args.output:
         with open(args.output, "w") as fh:
             json.dump(result, fh, indent=1)

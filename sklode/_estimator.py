@@ -27,9 +27,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._initial_state import SHOOT_RTOL, shoot_initial_state
-from ._likelihood import NOISE_KINDS, data_neg_log_likelihood, information_criteria
-from ._uncertainty import warn_unidentifiable
+from .outputerror._initial_state import SHOOT_RTOL, shoot_initial_state
+from .observation._likelihood import NOISE_KINDS, data_neg_log_likelihood, information_criteria
+from .diagnostics._uncertainty import warn_unidentifiable
 from ._validation import (
     _is_experiment_list,
     as_float_array,
@@ -121,7 +121,7 @@ COMMON_CONSTRAINTS = {
 #: optimum reaches 0.99), 10.8.
 POOR_FIT_RATIO = 2.5
 #: A BCD-prox or WENDy fit whose misfit ratio exceeds this (adequate fits measured 0.6-1.8,
-#: most near 1) is checked by an AdjointODE polish as well (:mod:`sklode._adequacy`); so is
+#: most near 1) is checked by an AdjointODE polish as well (:mod:`sklode.diagnostics._adequacy`); so is
 #: every fit on series too short for the ratio. The polish costs about one more fit.
 POLISH_RATIO = 1.5
 #: On a series too short to estimate its noise (fewer than 16 complete rows), a fit is called
@@ -240,20 +240,20 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
 
         Four checks: the misfit ratio against the noise estimated from the data (16 samples
         per experiment), or R^2 on shorter series; the runs test of the residuals' signs
-        (:func:`sklode._adequacy.residual_runs`) and of their means at times several
-        experiments share (:func:`sklode._adequacy.residual_time_means`): structure a correct
+        (:func:`sklode.diagnostics._adequacy.residual_runs`) and of their means at times several
+        experiments share (:func:`sklode.diagnostics._adequacy.residual_time_means`): structure a correct
         model does not leave;
         and, for a fit that is not itself an output-error optimum (``polish_fitted``: the
         fitted-parameter mask of BCD-prox and WENDy), an AdjointODE polish from it
-        (:func:`sklode._adequacy.polish_gap`) where the misfit ratio cannot judge or exceeds
+        (:func:`sklode.diagnostics._adequacy.polish_gap`) where the misfit ratio cannot judge or exceeds
         ``POLISH_RATIO``, the data are small enough and no bounds apply.
 
         Returns the fitted attributes ``fit_adequate_`` (None when nothing could judge),
         ``misfit_ratio_`` (per observed state, or None), ``residual_runs_z_`` and
-        ``residual_time_means_`` (per observed state, or None; :mod:`sklode._adequacy`) and
+        ``residual_time_means_`` (per observed state, or None; :mod:`sklode.diagnostics._adequacy`) and
         ``output_error_excess_`` (the polish statistic, or None).
         """
-        from ._adequacy import (RUNS_FRACTION, RUNS_Z, polish_gap, residual_runs,
+        from .diagnostics._adequacy import (RUNS_FRACTION, RUNS_Z, polish_gap, residual_runs,
                                 residual_time_means, residuals)
 
         x0s = np.reshape(x0s, (-1, data.n_states))
@@ -354,7 +354,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
 
     def _uncertainty_attributes(self, uncertainty, data, fitted, transformed=None, z0s=None):
         """``theta_cov_``, ``theta_stderr_``, ``x0_stderr_`` and ``unidentifiable_`` from a
-        :class:`~sklode._uncertainty.FitUncertainty` (warning when the data cannot pin
+        :class:`~sklode.diagnostics._uncertainty.FitUncertainty` (warning when the data cannot pin
         something down). ``transformed``/``z0s``: the fitted states' model and the initial
         states in them, when the fit ran in scaled states (standard errors are mapped back).
         """
@@ -412,7 +412,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         """The parametric bootstrap's covariance in place of the Gauss-Newton one.
 
         With ``n_boot`` of 0 nothing changes (``theta_bias_`` is None). Otherwise
-        ``n_boot`` replicates are simulated from the fit (:mod:`sklode._bootstrap`) and
+        ``n_boot`` replicates are simulated from the fit (:mod:`sklode.diagnostics._bootstrap`) and
         refitted by the method's ``_solve(replicate, start=theta)`` (its fit without the
         checks and the covariance: ``theta`` and ``x0s`` in the model's states, per
         experiment as split at the doses, mapped back by ``split.x0_back``); their
@@ -424,7 +424,7 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
         half the replicates can be refitted, or the fit cannot be simulated, the
         Gauss-Newton covariance stays and a warning says why.
         """
-        from ._bootstrap import bootstrap_replicates, replicate_noise
+        from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 
         attributes = dict(attributes, theta_bias_=None)
         if not self.n_boot:
@@ -1232,7 +1232,7 @@ def misfit_ratios(model, theta, data, x0s, options):
     ndarray of shape (n_observed,) or None
         None when no experiment has enough complete rows to estimate its noise.
     """
-    from ._noise import MIN_SAMPLES, estimate_noise
+    from ._noise_level import MIN_SAMPLES, estimate_noise
 
     columns = list(data.observed)
     residual2 = np.zeros(len(columns))

@@ -230,7 +230,7 @@ def test_wendy_estimate_at_the_output_error_optimum_is_not_flagged():
 def test_gauss_newton_step_reaches_a_linear_least_squares_solution():
     # on a linear residual r(z) = A z - b the step from any z is the exact minimiser minus z;
     # an unknown the residual does not depend on gets NaN, as its infinite variance
-    from sklode._uncertainty import _covariance
+    from sklode.diagnostics._uncertainty import _covariance
 
     rng = np.random.default_rng(0)
     A = np.column_stack([rng.normal(size=(30, 3)), np.zeros(30)])

@@ -337,7 +337,7 @@ def test_matrix_free_adjoint_pass_equals_the_materialised_one(monkeypatch):
 
 
 def test_a_fit_whose_sensitivities_fail_mid_way_keeps_its_last_good_point():
-    from sklode.adjoint._solver import _least_squares
+    from sklode.outputerror._optimize import _least_squares
 
     class Rosenbrock:
         """r = (10 (u1 - u0^2), 1 - u0): trf takes many steps from (-1.2, 1)."""
@@ -372,7 +372,7 @@ def test_a_fit_whose_sensitivities_fail_mid_way_keeps_its_last_good_point():
 
 def test_fides_rejects_trial_points_that_cannot_be_integrated_and_goes_around():
     pytest.importorskip("fides")
-    from sklode.adjoint._solver import _fides
+    from sklode.outputerror._optimize import _fides
 
     class RosenbrockWithAHole:
         """r = (10 (u1 - u0^2), 1 - u0), not integrable where u1 < 0: Fides' path from

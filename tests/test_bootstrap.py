@@ -1,4 +1,4 @@
-"""The parametric bootstrap (sklode/_bootstrap.py) and ``n_boot`` of BCDProxODE and WENDyODE:
+"""The parametric bootstrap (sklode/diagnostics/_bootstrap.py) and ``n_boot`` of BCDProxODE and WENDyODE:
 the replicates' noise, their covariance and bias against known answers, reproducibility, and
 what happens when the replicates cannot be refitted."""
 
@@ -10,7 +10,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from sklode import BCDProxODE, WENDyODE
-from sklode._bootstrap import bootstrap_replicates, replicate_noise
+from sklode.diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from sklode.datasets import get_problem, make_trajectory
 from sklode.exceptions import ConvergenceWarning, IntegrationError, PoorFitWarning
 from sklode.models import LotkaVolterra

@@ -9,7 +9,7 @@ from numpy.testing import assert_allclose
 
 from sklode import AdjointODE, BCDProxODE, WENDyODE, simulate
 from sklode.adjoint import OPTIMIZERS
-from sklode.adjoint._solver import BOUNDED_OPTIMIZERS
+from sklode.outputerror._optimize import BOUNDED_OPTIMIZERS
 from sklode.datasets import make_trajectory
 from sklode.exceptions import (
     ConvergenceWarning,

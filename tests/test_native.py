@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sklode import AdjointODE, ODEModel, simulate
-from sklode._sensitivity import forward_trajectory, sensitivities
+from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 from sklode.exceptions import CompilationWarning, IntegrationError
 from sklode.models import SEIRD, Lorenz63, Lorenz96, LogisticGrowth, LotkaVolterra
 from sklode.models._native import native_unavailable_reason
@@ -229,7 +229,7 @@ def test_cvodes_sensitivities_equal_scipy_path_with_doses():
 
 @needs_native
 def test_a_failed_cvodes_sensitivity_solve_falls_back_to_the_scipy_path():
-    from sklode._sensitivity import adjoint_gradient
+    from sklode.outputerror._sensitivity import adjoint_gradient
 
     model, theta = LotkaVolterra(), LotkaVolterra().theta_guess()
     x0, t = np.array([2.0, 1.0]), np.linspace(0.5, 6.0, 12)
@@ -412,11 +412,11 @@ def test_vector_programs_are_unrolled(model, x0):
 def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch):
     # One dosing measured by two assays whose scale V differs (a condition on a parameter
     # only observe reads): the field is the same, so one CVODES solve serves both
-    import sklode._objective as objective_module
+    import sklode.outputerror._objective as objective_module
     from observation_models import PK_TRUTH, OralPK
 
     from sklode import Experiment
-    from sklode._objective import objective_for_experiments
+    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
 
     rng = np.random.default_rng(5)
@@ -454,8 +454,8 @@ def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch)
 def test_many_columns_switch_to_the_collocation_passes():
     # Lorenz-96 with 40 states and x0 estimated: 40 x 41 above the gradient's work limit, so
     # the gradient is the adjoint on a LSODA trajectory; the objective is the CVODES one
-    import sklode._sensitivity as sensitivity
-    from sklode._objective import build_objective
+    import sklode.outputerror._sensitivity as sensitivity
+    from sklode.outputerror._objective import build_objective
 
     assert sensitivity.NATIVE_MAX_WORK_GRADIENT < 40 * 41
     model = Lorenz96(n_states=40)

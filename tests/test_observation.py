@@ -17,9 +17,9 @@ from observation_models import (
 from scipy import stats
 
 from sklode import AdjointODE, BCDProxODE, Experiment, WENDyODE, simulate
-from sklode._likelihood import neg_log_likelihood_terms
-from sklode._objective import objective_for_experiments
-from sklode._sensitivity import forward_trajectory, sensitivities
+from sklode.observation._likelihood import neg_log_likelihood_terms
+from sklode.outputerror._objective import objective_for_experiments
+from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 from sklode._validation import check_experiments
 from sklode.exceptions import IntegrationError
 from sklode.metrics import neg_log_likelihood
@@ -154,7 +154,7 @@ def test_compiled_observation_jacobians_equal_torch(noise_kind, fisher):
     # rows: the same derivatives, in another order of operations
     import torch
 
-    from sklode._objective import observation_for
+    from sklode.outputerror._objective import observation_for
 
     class IndexedPK(OralPK):  # observe and noise_sd on indexed states: programs of scalars
         def observe(self, t, x, theta):
@@ -186,7 +186,7 @@ def test_compiled_observation_residual_and_domain_check_equal_torch(noise_kind):
     # same IntegrationError where a log kind meets a non-positive prediction
     import torch
 
-    from sklode._objective import observation_for
+    from sklode.outputerror._objective import observation_for
     from sklode.exceptions import IntegrationError
 
     class IndexedPK(OralPK):

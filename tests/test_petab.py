@@ -303,7 +303,7 @@ def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):
 def _posed(problem, theta0=None, **settings):
     """The objective of ``problem``'s experiments (its estimated parameters fitted) and its
     start ``u0``, as AdjointODE poses it; theta0 default: the nominal values times 1.1."""
-    from sklode._objective import objective_for_experiments
+    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
 
     model = problem.model
@@ -398,7 +398,7 @@ def test_a_prefetching_solve_brings_the_jacobians_sensitivities(small_problem, m
     # prefetch_sensitivities (set by the Fides loop after an improving step): the states
     # are solved with the sensitivities the Jacobian asks for, one CVODES solve per
     # experiment instead of two, and the residual and Jacobian are those of the two solves
-    import sklode._sensitivity as sensitivity_module
+    import sklode.outputerror._sensitivity as sensitivity_module
     from sklode.models._native import native_unavailable_reason
 
     if native_unavailable_reason():
@@ -430,7 +430,7 @@ def test_a_prefetching_solve_brings_the_jacobians_sensitivities(small_problem, m
 def test_failed_cvodes_sensitivities_fall_back_or_reject(small_problem, monkeypatch):
     # Where CVODES fails on the sensitivities, the Jacobian is LSODA's (the default, for a
     # start or a covariance) or an IntegrationError (inside Fides: the point is rejected)
-    import sklode._sensitivity as sensitivity_module
+    import sklode.outputerror._sensitivity as sensitivity_module
     from sklode.exceptions import IntegrationError
     from sklode.models._native import native_unavailable_reason
 
@@ -453,7 +453,7 @@ def test_failed_cvodes_sensitivities_fall_back_or_reject(small_problem, monkeypa
 
 def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkeypatch):
     pytest.importorskip("fides")
-    import sklode.adjoint._solver as solver
+    import sklode.outputerror._optimize as solver
 
     problem = sk_petab.load(small_problem / "problem.yaml")
     est = problem.estimator()

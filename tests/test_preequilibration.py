@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sklode import AdjointODE, Experiment, ODEModel
-from sklode._steady_state import steady_state
+from sklode.outputerror._steady_state import steady_state
 
 
 class Inflow(ODEModel):
@@ -52,7 +52,7 @@ def test_a_fit_follows_the_start_through_the_steady_state():
 
 
 def test_the_gradient_through_the_steady_state_matches_finite_differences():
-    from sklode._objective import objective_for_experiments
+    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
 
     model = Inflow()
@@ -92,8 +92,8 @@ def test_experiments_share_their_pre_equilibration(integrator, monkeypatch):
     # own value of a parameter the field does not read: the fit's residual and Jacobian are
     # those of the experiments posed one by one, bit for bit, with one steady state per
     # evaluation.
-    import sklode._steady_state as steady
-    from sklode._objective import objective_for_experiments
+    import sklode.outputerror._steady_state as steady
+    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
 
     model = InflowWithUnread()
@@ -136,8 +136,8 @@ def test_replicates_of_a_pre_equilibrated_condition_share_one_solve(monkeypatch)
     # a parameter the field does not read, other times. One CVODES solve (and one with
     # sensitivities) per evaluation serves the two replicates; the third experiment, a
     # different stimulus, has its own
-    import sklode._objective as objective_module
-    from sklode._objective import objective_for_experiments
+    import sklode.outputerror._objective as objective_module
+    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
     from sklode.models._native import native_unavailable_reason
 
@@ -228,7 +228,7 @@ class CubicRest(ODEModel):
 def test_a_singular_jacobian_that_is_no_conservation_law_falls_back():
     # J = 0 and f_theta = 0 at the rest point look like a conserved x; at a second state
     # they do not vanish, so the implicit path declines (the integrated one is used)
-    from sklode._steady_state import _implicit_sensitivities
+    from sklode.outputerror._steady_state import _implicit_sensitivities
 
     assert _implicit_sensitivities(CubicRest(), np.array([1.0]), np.array([1.0])) is None
     S = _implicit_sensitivities(Isomerisation(), np.array([0.7, 0.4]),

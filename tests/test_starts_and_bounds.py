@@ -101,7 +101,7 @@ def sir():
 
 
 def test_data_starts_smooth_then_correct_the_sign(sir):
-    from sklode._initial_state import data_starts
+    from sklode.outputerror._initial_state import data_starts
     from sklode._validation import check_experiments
 
     t, Y, _ = sir
@@ -158,7 +158,7 @@ def _van_der_pol_data(seed=0):
 
 
 def test_data_starts_leave_an_oscillation_alone():
-    from sklode._initial_state import data_starts
+    from sklode.outputerror._initial_state import data_starts
     from sklode._validation import check_experiments
 
     t, Y, _ = _van_der_pol_data()

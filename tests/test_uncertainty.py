@@ -159,7 +159,7 @@ def test_profile_refuses_other_data_and_bad_arguments():
 
 
 def test_two_weak_directions_among_the_same_unknowns_are_named_once():
-    from sklode._uncertainty import _covariance
+    from sklode.diagnostics._uncertainty import _covariance
 
     # Four unknowns whose sensitivities span only two dimensions: two singular directions,
     # each involving all four. The message named them twice ("a, b, c, d separately (...);
@@ -172,7 +172,7 @@ def test_two_weak_directions_among_the_same_unknowns_are_named_once():
 
 
 def test_a_singular_method_covariance_is_named_not_an_internal_error():
-    from sklode._uncertainty import _covariance
+    from sklode.diagnostics._uncertainty import _covariance
 
     # WENDy's covariance is NaN when its weak-form information matrix cannot be inverted;
     # eigh of the NaN matrix raised numpy's "Eigenvalues did not converge". Now the unknowns
@@ -233,7 +233,7 @@ def _inseparable(t, x, theta):
 
 
 def test_cramer_rao_floor_lies_above_both_and_ignores_units():
-    from sklode._uncertainty import cramer_rao_floor
+    from sklode.diagnostics._uncertainty import cramer_rao_floor
 
     rng = np.random.default_rng(3)
     A, B = rng.normal(size=(2, 3, 3))

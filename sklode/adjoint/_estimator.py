@@ -22,10 +22,10 @@ from .._estimator import (
     misfit_ratios,
     warn_not_converged,
 )
-from .._initial_state import data_starts
-from .._likelihood import NOISE_RANGE_WITHOUT_FLOOR
-from .._objective import NOISE_KINDS, objective_for_experiments
-from .._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
+from ..outputerror._initial_state import data_starts
+from ..observation._likelihood import NOISE_RANGE_WITHOUT_FLOOR
+from ..outputerror._objective import NOISE_KINDS, objective_for_experiments
+from ..diagnostics._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
 from .._validation import bounds_with_positivity, check_bounds, check_fixed, check_positive
 from ..exceptions import (
     BoundWarning,
@@ -37,7 +37,7 @@ from ..exceptions import (
     warn,
 )
 from ._profile import profile_interval
-from ._solver import OPTIMIZERS, adjoint_solve, cannot_start, fides_unavailable_reason
+from ..outputerror._optimize import OPTIMIZERS, adjoint_solve, cannot_start, fides_unavailable_reason
 
 __all__ = ["AdjointODE"]
 
@@ -710,7 +710,7 @@ default=False
 
     def _solve(self, problem, theta_start, fitted):
         """``(objective, result)`` of one optimisation from ``theta_start``, from the one of
-        the data's initial states (:func:`~sklode._initial_state.data_starts`: smoothed, as
+        the data's initial states (:func:`~sklode.outputerror._initial_state.data_starts`: smoothed, as
         observed, sign-corrected) with the lowest cost at ``theta_start`` (one forward solve
         each: on a chaotic system a start a third of a noise level off can cost 4x another);
         the result an IntegrationError where the ODE can be integrated from none of them."""
@@ -756,7 +756,7 @@ default=False
 
     def _data_starts(self, data):
         """The data with their unknown initial components filled in each way
-        :func:`~sklode._initial_state.data_starts` offers, best first (an experiment with
+        :func:`~sklode.outputerror._initial_state.data_starts` offers, best first (an experiment with
         fewer ways keeps its last)."""
         name = type(self).__name__
         each = [data_starts(e, data.observed, self.model, name) for e in data.experiments]

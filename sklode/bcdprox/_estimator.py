@@ -25,7 +25,7 @@ from .._estimator import (
     sigma_per_state,
     warn_not_converged,
 )
-from .._uncertainty import uncertainty_at_fit
+from ..diagnostics._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
 from ..exceptions import PoorFitWarning, SklodeError, warn
 from ..models import check_model
@@ -200,7 +200,7 @@ class BCDProxODE(ODEEstimator):
     max_iter : int, default=5000
         Maximum number of outer iterations (one theta-step and one X-step each).
     n_boot : int, default=0
-        Replicates of a parametric bootstrap (:mod:`sklode._bootstrap`): data simulated
+        Replicates of a parametric bootstrap (:mod:`sklode.diagnostics._bootstrap`): data simulated
         from the fit at the training times, with the noise level the data show, each
         refitted by this method from ``theta_``. Their covariance becomes ``theta_cov_``
         and their mean minus ``theta_`` is ``theta_bias_``. 0: no bootstrap.

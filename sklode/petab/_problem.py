@@ -175,7 +175,7 @@ class PEtabProblem:
         float
             ``inf`` where the model cannot be integrated.
         """
-        from .._likelihood import data_neg_log_likelihood
+        from ..observation._likelihood import data_neg_log_likelihood
         from ..exceptions import SklodeError
 
         try:
@@ -245,7 +245,7 @@ class PEtabProblem:
             Unfitted; fit it on :attr:`experiments`.
         """
         from ..adjoint import AdjointODE
-        from ..adjoint._solver import fides_unavailable_reason
+        from ..outputerror._optimize import fides_unavailable_reason
         from ..models._native import native_unavailable_reason
 
         values = self._values(None if theta0 is None else theta0)
@@ -333,8 +333,8 @@ def _offsets_jacobian_source(offsets, symbols, theta_reads):
 
 def _starts(model, data, theta, options):
     """Each experiment's initial state: its x0, or after its pre-equilibration."""
-    from .._objective import _preequilibration_of
-    from .._steady_state import preequilibrated_start
+    from ..outputerror._objective import _preequilibration_of
+    from ..outputerror._steady_state import preequilibrated_start
 
     from .._estimator import experiment_start
 

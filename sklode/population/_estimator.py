@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .._estimator import predicted_observables, set_fitted
-from .._likelihood import information_criteria
+from ..observation._likelihood import information_criteria
 from .._validation import check_experiments, check_theta0
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
 from ..integrate import INTEGRATORS, _resolve_integrator

@@ -7,7 +7,7 @@
   building blocks: the noise filter, the radius rule, the orthonormal test functions.
 """
 
-from .._noise import estimate_noise
+from .._noise_level import estimate_noise
 from ._estimator import WENDyODE
 from ._irls import WENDyResult, wendy_solve
 from ._testfunctions import select_min_radius, test_function_matrices

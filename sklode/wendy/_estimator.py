@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._bootstrap import replicate_noise
+from ..diagnostics._bootstrap import replicate_noise
 from .._estimator import (
     BOOTSTRAP_CONSTRAINTS,
     COMMON_CONSTRAINTS,
@@ -28,14 +28,14 @@ from .._estimator import (
     sigma_per_state,
     warn_not_converged,
 )
-from .._initial_state import (
+from ..outputerror._initial_state import (
     SHOOT_RTOL,
     shoot_initial_state,
     shooting_window,
     smoothed_x0,
 )
-from .._noise import MIN_SAMPLES
-from .._uncertainty import uncertainty_at_fit
+from .._noise_level import MIN_SAMPLES
+from ..diagnostics._uncertainty import uncertainty_at_fit
 from .._validation import check_bounds
 from ..exceptions import IntegrationError
 from ..models import check_model
@@ -161,7 +161,7 @@ class WENDyODE(ODEEstimator):
     max_iter : int, default=100
         Maximum number of IRLS iterations.
     n_boot : int, default=0
-        Replicates of a parametric bootstrap (:mod:`sklode._bootstrap`): data simulated
+        Replicates of a parametric bootstrap (:mod:`sklode.diagnostics._bootstrap`): data simulated
         from the fit at the training times, with the noise level the data show, each
         refitted by this method from ``theta_``. Their covariance becomes ``theta_cov_``
         and their mean minus ``theta_`` is ``theta_bias_``. 0: no bootstrap.
@@ -461,7 +461,7 @@ class WENDyODE(ODEEstimator):
         """The noise level per state of the Cramer-Rao bound WENDy's covariance is raised to:
         the given ``sigma``, else the residuals of the forward solve at the fit unless they
         exceed ``POOR_FIT_RATIO`` times the model-free estimate (the bootstrap's rule,
-        :func:`sklode._bootstrap.replicate_noise`). The model-free estimate alone errs by up
+        :func:`sklode.diagnostics._bootstrap.replicate_noise`). The model-free estimate alone errs by up
         to 40 % on 41 samples and left Lotka-Volterra at 10 % noise covering 86-92 %
         (0.91-0.94 with this rule); residuals alone overstate the noise where the forward
         solve drifts (Van der Pol at mu = 4: 98-100 %)."""

@@ -32,7 +32,7 @@ from scipy.linalg import block_diag
 from scipy.optimize import least_squares, lsq_linear
 from scipy.stats import shapiro
 
-from .._noise import estimate_noise
+from .._noise_level import estimate_noise
 from ..exceptions import DivergenceError
 from ._covariance import (
     covariance_blocks,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._noise import is_uniform
+from .._noise_level import is_uniform
 from ._testfunctions import ETA, _bump
 
 __all__ = ["local_quadratic", "smoothed_states", "decorrelated_states"]

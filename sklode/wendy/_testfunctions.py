@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .._noise import is_uniform
+from .._noise_level import is_uniform
 
 __all__ = ["ETA", "MAX_TEST_FUNCTIONS", "is_uniform", "trapezoid_weights", "bump_rows",
            "product_rows", "test_function_matrices",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import least_squares
 
-from .exceptions import IntegrationError
-from .integrate import simulate, solve
+from ..exceptions import IntegrationError
+from ..integrate import simulate, solve
 
 __all__ = ["data_starts", "shoot_initial_state", "shooting_window", "smoothed_x0",
            "start_from_data"]

@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from .exceptions import IntegrationError
-from .integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
+from ..exceptions import IntegrationError
+from ..integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
                         dose_segments, narrow_band, native_solver_for, raise_native_failure,
                         solve, state_atol)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .exceptions import IdentifiabilityWarning, IntegrationError, warn
+from ..exceptions import IdentifiabilityWarning, IntegrationError, warn
 
 __all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "reduced_chi_square",
            "uncertainty_at_fit", "unknown_names", "warn_unidentifiable"]
@@ -112,7 +112,7 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None, bound
     Parameters
     ----------
     objective : LeastSquaresObjective or ExperimentsObjective
-        The output-error cost (:mod:`sklode._objective`), weighted by the noise
+        The output-error cost (:mod:`sklode.outputerror._objective`), weighted by the noise
         model's standard deviations.
     u : ndarray
         The fit, in the objective's optimiser variables.
@@ -453,7 +453,7 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
     """
     from dataclasses import replace
 
-    from ._objective import objective_for_experiments
+    from ..outputerror._objective import objective_for_experiments
 
     data = data.with_initial_states(x0s)
     n_x0 = int(sum(e.estimate_x0.sum() for e in data.experiments))

@@ -31,8 +31,8 @@ import warnings
 import numpy as np
 import torch
 
-from ._validation import DISTRIBUTIONS, NOISE_KINDS
-from .exceptions import IntegrationError
+from .._validation import DISTRIBUTIONS, NOISE_KINDS
+from ..exceptions import IntegrationError
 
 __all__ = ["NOISE_KINDS", "DISTRIBUTIONS", "Observation", "data_neg_log_likelihood",
            "distribution_of", "kinds_by_column",
@@ -525,7 +525,7 @@ class Observation:
         model = self.model
         cache = model.__dict__.setdefault("_observation_grid", {})
         if "functions" not in cache:
-            from .models._compile import compile_grid
+            from ..models._compile import compile_grid
 
             n_obs, p = len(model.observables), model.n_params
             observe = noise = True
@@ -635,7 +635,7 @@ class Observation:
         cannot be recorded), kept on the model."""
         cache = self.model.__dict__.setdefault("_observation_reads", {})
         if n_params not in cache:
-            from .models._compile import parameters_read
+            from ..models._compile import parameters_read
 
             model = self.model
 

@@ -20,9 +20,9 @@ import logging
 import numpy as np
 
 from ._initial_state import start_from_data
-from ._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
+from ..observation._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
 from ._sensitivity import Trajectory, adjoint_gradient, forward_trajectory, sensitivities
-from ._validation import (
+from .._validation import (
     NOISE_KINDS,
     check_experiments,
     check_fixed,
@@ -31,8 +31,8 @@ from ._validation import (
     condition_map,
     log_factors,
 )
-from .exceptions import IntegrationError
-from .models import check_model
+from ..exceptions import IntegrationError
+from ..models import check_model
 
 __all__ = ["NOISE_KINDS", "ExperimentsObjective", "LeastSquaresObjective", "build_objective",
            "objective_for_experiment", "objective_for_experiments",
@@ -234,7 +234,7 @@ class LeastSquaresObjective(_Objective):
     atol : float
         Absolute tolerance of the forward solves.
     observation : Observation, optional
-        The observation and noise model (:class:`sklode._likelihood.Observation`): the data
+        The observation and noise model (:class:`sklode.observation._likelihood.Observation`): the data
         rows are its residual rows (observables, modelled noise, log or Laplace errors)
         instead of ``(x_observed - Y) / sigma``.
     doses : sequence of (float, int, float), optional
@@ -432,7 +432,7 @@ class LeastSquaresObjective(_Objective):
         x0 : ndarray of shape (n_states,)
             The state at the experiment's start.
         prefetch : tuple, optional
-            Sensitivities to solve along (:func:`~sklode._sensitivity.forward_trajectory`).
+            Sensitivities to solve along (:func:`~sklode.outputerror._sensitivity.forward_trajectory`).
 
         Returns
         -------
@@ -515,7 +515,7 @@ class LeastSquaresObjective(_Objective):
     def cost_offset(self):
         """The cost ``1/2 ||r||^2`` minus the data's ``-log L`` (PEtab's convention, every
         constant) when the noise levels are known or modelled: a constant of the data
-        (:meth:`~sklode._likelihood.Observation.cost_offset`), so that an optimiser whose
+        (:meth:`~sklode.observation._likelihood.Observation.cost_offset`), so that an optimiser whose
         stopping test is relative to the cost can see ``-log L`` itself.
 
         Returns
@@ -741,7 +741,7 @@ def _restricted(traj, index, grid, obs_index):
 
 def _compiled_solver(part):
     """The CVODES solver the experiment ``part``'s solves run on, or None (the scipy path)."""
-    from .integrate import _resolve_integrator, native_solver_for
+    from ..integrate import _resolve_integrator, native_solver_for
 
     return native_solver_for(part.model, _resolve_integrator(part.solver["integrator"]))
 
@@ -931,7 +931,7 @@ def _share_steady_states(parts):
     """Give experiments pre-equilibrated from the same state one steady state (its solve
     and sensitivities once per evaluation instead of once per experiment)."""
     from ._steady_state import SharedSteadyState
-    from .models._compile import parameters_read
+    from ..models._compile import parameters_read
 
     groups = {}
     for part in parts:
@@ -1219,7 +1219,7 @@ def uses_observation_layer(model, noise_kind):
 
 
 def observation_for(model, experiment, observed, sigma, noise_kind, noise_range=None):
-    """The :class:`~sklode._likelihood.Observation` of one experiment, or None when the plain
+    """The :class:`~sklode.observation._likelihood.Observation` of one experiment, or None when the plain
     weighted residuals suffice (:func:`uses_observation_layer`).
 
     Parameters
@@ -1233,7 +1233,7 @@ def observation_for(model, experiment, observed, sigma, noise_kind, noise_range=
     noise_kind : str or dict
     noise_range : float, optional
         How far below the data's typical size a modelled noise level may fall
-        (:class:`~sklode._likelihood.Observation`; its default when None).
+        (:class:`~sklode.observation._likelihood.Observation`; its default when None).
 
     Returns
     -------
@@ -1289,7 +1289,7 @@ integrator, rtol, atol
         For messages.
     noise_range : float, optional
         How far below the data's typical size a modelled noise level may fall before the
-        cost is undefined (:class:`~sklode._likelihood.Observation`).
+        cost is undefined (:class:`~sklode.observation._likelihood.Observation`).
 
     Returns
     -------

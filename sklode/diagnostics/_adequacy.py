@@ -28,7 +28,7 @@ import logging
 import numpy as np
 from scipy.stats import chi2
 
-from .exceptions import SklodeError
+from ..exceptions import SklodeError
 
 __all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
            "residual_runs", "residual_time_means", "residuals"]
@@ -83,8 +83,8 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
     """
     from scipy.optimize import least_squares
 
-    from ._objective import objective_for_experiments
-    from .adjoint._solver import adjoint_solve
+    from ..outputerror._objective import objective_for_experiments
+    from ..outputerror._optimize import adjoint_solve
 
     n_entries = sum(int(e.mask.sum()) for e in data.experiments)
     if n_entries > POLISH_MAX_ENTRIES:
@@ -136,7 +136,7 @@ def residuals(model, theta, data, x0s, options):
     list of ndarray of shape (n_times, n_observed), or None
         None when a prediction cannot be integrated.
     """
-    from ._estimator import predicted_observables
+    from .._estimator import predicted_observables
 
     columns = list(data.observed)
     out = []

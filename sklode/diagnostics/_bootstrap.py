@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .exceptions import SklodeError
+from ..exceptions import SklodeError
 
 __all__ = ["BootstrapResult", "bootstrap_replicates", "replicate_noise"]
 
@@ -92,9 +92,9 @@ def replicate_noise(model, theta, data, x0s, *, sigma, noise_kind, n_unknowns, o
         When the fitted model cannot be integrated over the data: there is nothing to
         simulate from.
     """
-    from ._estimator import (_NOISE_FLOOR, POOR_FIT_RATIO, predicted_observables,
+    from .._estimator import (_NOISE_FLOOR, POOR_FIT_RATIO, predicted_observables,
                              sigma_per_state)
-    from ._noise import MIN_SAMPLES, estimate_noise
+    from .._noise_level import MIN_SAMPLES, estimate_noise
 
     columns = list(data.observed)
     log = noise_kind == "lognormal"
