@@ -78,7 +78,7 @@ def sklode_cases(name):
         return model, [(np.array(model.default_theta), np.array([1.0, 1.0, 1.0]), 0.0,
                         np.linspace(0, 2, 16)[1:])]
     import sklode.petab as sp
-    from sklode._estimator import conditioned_theta
+    from sklode.outputerror._predict import conditioned_theta
     from sklode._validation import check_experiments
     from sklode.petab._problem import _starts
 

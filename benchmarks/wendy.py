@@ -254,7 +254,7 @@ def h2h_data(name, noise, seed):
 def theta_cpu(problem, U):
     """CPU seconds of what pyWENDy computes, theta and its covariance (no x0, no forward
     solve): :func:`sklode.wendy._irls.wendy_solve` as the estimator calls it."""
-    from sklode._estimator import is_linear_on_data
+    from sklode._on_grid import is_linear_on_data
     from sklode._validation import check_theta0
     from sklode.wendy._irls import wendy_solve
 

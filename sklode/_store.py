@@ -20,6 +20,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from . import __version__
+
 __all__ = ["KNOWN_SUFFIXES", "Store", "read_store", "store_path"]
 
 #: Extensions read as a store; a path with none of them gets ``.sqlite`` appended.
@@ -63,8 +65,6 @@ def versions():
     import scipy
     import sklearn
     import torch
-
-    from . import __version__
 
     return {"sklode": __version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
             "scikit-learn": sklearn.__version__, "torch": torch.__version__}

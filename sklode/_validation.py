@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.utils import check_array
 
 from .exceptions import InitialTimeWarning, warn
+from .experiment import Experiment as Given
 
 __all__ = [
     "NOISE_KINDS",
@@ -758,8 +759,6 @@ def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimato
 
 def _experiment_objects(t, Y):
     """``t`` as an :class:`sklode.Experiment` or a list of them, or None for arrays."""
-    from .experiment import Experiment as Given
-
     if isinstance(t, Given):
         items, single = [t], True
     elif isinstance(t, (list, tuple)) and t and any(isinstance(e, Given) for e in t):
@@ -1018,3 +1017,34 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     return ExperimentData(experiments=tuple(experiments), observed=observed, n_states=n_states,
                           several=several, y_ndim=checked[0][3][0],
                           feature_names=None if several else _feature_names(t))
+
+
+def initial_times(data):
+    """``t0_``: the time of the initial state, one float, or one per experiment.
+
+    Parameters
+    ----------
+    data : ExperimentData
+
+    Returns
+    -------
+    float or ndarray of shape (n_experiments,)
+    """
+    times = np.array([e.t0 for e in data.experiments])
+    return times if data.several else float(times[0])
+
+
+
+def estimated_x0_mask(data):
+    """Which initial-state components are estimated, shaped like ``x0_``.
+
+    Parameters
+    ----------
+    data : ExperimentData
+
+    Returns
+    -------
+    ndarray of bool of shape (n_states,) or (n_experiments, n_states)
+    """
+    mask = np.array([e.estimate_x0 for e in data.experiments])
+    return mask if data.several else mask[0]

@@ -35,6 +35,7 @@ from sklearn.utils import check_random_state
 from ._names import PROBLEM_NAMES
 from ._validation import NOISE_KINDS
 from .exceptions import IntegrationError
+from .experiment import Experiment, experiments_from_table
 from .integrate import simulate
 from .models import (
     SEIRD,
@@ -45,6 +46,7 @@ from .models import (
     Lorenz96,
     LotkaVolterra,
     ODEModel,
+    OralAbsorption,
     ProteinTransduction,
     Rossler,
 )
@@ -469,8 +471,6 @@ def load_indomethacin(*, as_frame=False, dose=1.0):
     """
     from sklearn.utils import Bunch
 
-    from .experiment import experiments_from_table
-
     source, header, rows = _read_csv("indomethacin.csv")
     table = {"subject": np.array([int(r[0]) for r in rows]),
              "time": np.array([float(r[1]) for r in rows]),
@@ -516,8 +516,6 @@ def load_loblolly(*, as_frame=False):
     (14, [3.0, 5.0, 10.0, 15.0, 20.0, 25.0])
     """
     from sklearn.utils import Bunch
-
-    from .experiment import experiments_from_table
 
     source, header, rows = _read_csv("loblolly.csv")
     table = {"seed": np.array([int(r[0]) for r in rows]),
@@ -578,10 +576,6 @@ def make_population(n_subjects=50, *, theta=(1.0, 0.1, 0.05), random=("ka", "ke"
     (8, [(0.0, 'gut', 100.0)], (8, 2))
     """
     from sklearn.utils import Bunch, check_random_state
-
-    from .experiment import Experiment
-    from .integrate import simulate
-    from .models import OralAbsorption
 
     model = OralAbsorption()
     rng = check_random_state(random_state)

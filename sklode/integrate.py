@@ -14,6 +14,7 @@ from scipy.linalg import block_diag
 
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
+from .models._band import band_width, jacobian_band
 
 __all__ = ["simulate", "solve", "integrator_for", "INTEGRATORS"]
 
@@ -74,24 +75,6 @@ AUTO_MAX_BAND = 32
 #: Above this many states ``auto`` does not look for a band: finding the pattern of
 #: ``df/dx`` evaluates it densely at four points (``4 n^2`` numbers, 128 MB at this size).
 AUTO_MAX_BANDED_STATES = 2000
-
-
-def jacobian_band(model):
-    """The band of ``df/dx``: ``(lower, upper)`` diagonals below and above the main one,
-    from its structural entries (:meth:`~sklode.ODEModel.jac_x_sparsity`, found once per
-    model), with the states in the order that narrows it most
-    (:func:`sklode.models._native.band_order`: a ring such as Lorenz-96 is banded once
-    reordered). A dense one has ``n_states - 1`` on a side."""
-    from .models._native import band_order
-
-    rows, cols = model.jac_x_sparsity()
-    return tuple(band_order(rows, cols, model.n_states)[1:])
-
-
-def band_width(lower, upper, n_states):
-    """Entries per column the driver's banded LU touches: ``2 lower + upper + 1`` (partial
-    pivoting widens U by ``lower``), at most ``n_states``."""
-    return min(2 * lower + upper + 1, n_states)
 
 
 def narrow_band(lower, upper, n_states):

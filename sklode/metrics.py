@@ -12,6 +12,9 @@ and the negative log-likelihood of a fitted estimator's data at any parameters
 
 import numpy as np
 
+from .diagnostics._assessment import likelihood_attributes
+from .experiment import Experiment
+
 __all__ = [
     "parameter_error",
     "relative_parameter_error",
@@ -196,8 +199,6 @@ def neg_log_likelihood(estimator, t, Y=None, theta=None):
     """
     from sklearn.utils.validation import check_is_fitted
 
-    from ._estimator import likelihood_attributes
-
     check_is_fitted(estimator)
     data = estimator._scoring_data(t, Y)
     theta = estimator.theta_ if theta is None else np.asarray(theta, dtype=np.float64)
@@ -218,8 +219,6 @@ class _ExperimentScorer:
         self.name, self.metric, self.sign, self.kwargs = name, metric, sign, kwargs
 
     def __call__(self, estimator, t, Y=None):
-        from .experiment import Experiment
-
         given = t if isinstance(t, (list, tuple)) else [t]
         if given and isinstance(given[0], Experiment):
             Y_true, Y_pred = estimator._experiment_predictions(list(given))

@@ -73,7 +73,7 @@ def test_a_gross_error_in_one_value_is_named_in_the_poor_fit_warning(Estimator):
 
 
 def test_an_isolated_extreme_is_named_only_when_far_beyond_the_others():
-    from sklode._estimator import isolated_extreme
+    from sklode.diagnostics._assessment import isolated_extreme
     from sklode._validation import check_experiments
 
     t = np.arange(8.0)
@@ -250,15 +250,17 @@ def test_a_fit_that_cannot_be_integrated_over_its_data_says_so_not_inf_noise_lev
     # x' = k x^2 from x0 = 1 blows up at t = 1/k: at k = 2 the fitted ODE cannot reach the
     # end of data on [0, 1]; the warning used to read "misses 'x' by inf noise levels"
     from sklode._validation import check_experiments
+    from sklode.diagnostics._assessment import assess_fit
     from sklode.models import FunctionModel
 
     model = FunctionModel(_quadratic_growth, ("x",), ("k",), default_theta=(0.5,))
     t = np.linspace(0, 1, 30)
     Y = (1 / (1 - 0.5 * t))[:, None]  # the k = 0.5 solution
     data = check_experiments(t, Y, model=model, estimator_name="test")
-    est = AdjointODE(model)
+    options = AdjointODE(model)._simulation_options()
     with pytest.warns(PoorFitWarning, match="cannot reach the end of the data") as record:
-        attributes = est._assess_fit(data, np.array([2.0]), np.array([[1.0]]), "advice")
+        attributes = assess_fit(model, data, np.array([2.0]), np.array([[1.0]]),
+                                estimator_name="AdjointODE", advice="advice", options=options)
     assert "inf noise levels" not in str(record[0].message)
     assert attributes["fit_adequate_"] is False
 

@@ -9,7 +9,7 @@ from numpy.testing import assert_allclose
 from sklearn.utils._param_validation import InvalidParameterError
 
 from sklode import WENDyODE
-from sklode._estimator import is_linear_on_data
+from sklode._on_grid import is_linear_on_data
 from sklode.datasets import get_problem, make_trajectory
 from sklode.models import FitzHughNagumo
 from sklode.wendy import _irls

@@ -10,9 +10,13 @@
 """
 
 from ..outputerror._objective import NOISE_KINDS, LeastSquaresObjective, build_objective
-from ..outputerror._sensitivity import adjoint_gradient, forward_trajectory, sensitivities
-from ._estimator import AdjointODE
 from ..outputerror._optimize import OPTIMIZERS, AdjointResult, adjoint_solve
+from ..outputerror._sensitivity import (
+           adjoint_gradient,
+           forward_trajectory,
+           sensitivities,
+)
+from ._estimator import AdjointODE
 
 __all__ = ["NOISE_KINDS", "OPTIMIZERS", "AdjointODE", "AdjointResult", "LeastSquaresObjective",
            "adjoint_gradient", "adjoint_solve", "build_objective", "forward_trajectory",

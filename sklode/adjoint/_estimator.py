@@ -14,19 +14,22 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._estimator import (
-    COMMON_CONSTRAINTS,
-    ODEEstimator,
+from .._estimator import COMMON_CONSTRAINTS, ODEEstimator, warn_not_converged
+from .._methods import estimator_class
+from .._validation import (
+    bounds_with_positivity,
+    check_bounds,
+    check_fixed,
+    check_positive,
     initial_times,
-    likelihood_attributes,
-    misfit_ratios,
-    warn_not_converged,
 )
-from ..outputerror._initial_state import data_starts
-from ..observation._likelihood import NOISE_RANGE_WITHOUT_FLOOR
-from ..outputerror._objective import NOISE_KINDS, objective_for_experiments
-from ..diagnostics._uncertainty import fit_uncertainty, reduced_chi_square, unknown_names
-from .._validation import bounds_with_positivity, check_bounds, check_fixed, check_positive
+from ..diagnostics._assessment import assess_fit, likelihood_attributes, misfit_ratios
+from ..diagnostics._uncertainty import (
+    fit_uncertainty,
+    reduced_chi_square,
+    uncertainty_attributes,
+    unknown_names,
+)
 from ..exceptions import (
     BoundWarning,
     ConvergenceWarning,
@@ -36,8 +39,16 @@ from ..exceptions import (
     StartWarning,
     warn,
 )
+from ..observation._likelihood import NOISE_RANGE_WITHOUT_FLOOR
+from ..outputerror._initial_state import data_starts
+from ..outputerror._objective import NOISE_KINDS, objective_for_experiments
+from ..outputerror._optimize import (
+    OPTIMIZERS,
+    adjoint_solve,
+    cannot_start,
+    fides_unavailable_reason,
+)
 from ._profile import profile_interval
-from ..outputerror._optimize import OPTIMIZERS, adjoint_solve, cannot_start, fides_unavailable_reason
 
 __all__ = ["AdjointODE"]
 
@@ -502,7 +513,8 @@ default=False
                                f"{self.tol}) or try {other}.")
         return self._set_fitted(
             theta_=theta, x0_=x0, t0_=initial_times(data),
-            **self._uncertainty_attributes(uncertainty, data, fitted, problem.transformed, z0s),
+            **uncertainty_attributes(uncertainty, data, fitted, self.model, type(self).__name__,
+                                     transformed=problem.transformed, z0s=z0s),
             loss_history_=res.loss_history, grad_norm_history_=res.grad_norm_history,
             n_iter_=res.n_iter, n_solves_=n_solves,
             converged_=bool(res.converged), stop_reason_=res.stop_reason,
@@ -512,9 +524,10 @@ default=False
             **likelihood_attributes(self.model, theta, data, x0, self._simulation_options(),
                                     sigma=self.sigma, noise_kind=self.noise_kind,
                                     n_fitted=int(fitted.sum()) + objective.n_x0),
-            **self._assess_fit(data, theta, x0, "A local minimum is likely: try another "
-                               "theta0" + ("" if self.init is not None else
-                                           ", or init='bcdprox' or 'wendy'") + "."),
+            **assess_fit(self.model, data, theta, x0, estimator_name=type(self).__name__,
+                         advice="A local minimum is likely: try another theta0"
+                         + ("" if self.init is not None else ", or init='bcdprox' or 'wendy'")
+                         + ".", options=self._simulation_options()),
             **self._data_attributes(data))
 
     def profile_intervals(self, t, Y=None, level=0.95, *, parameters=None):
@@ -855,10 +868,7 @@ default=False
         the same data, posed with this estimator's settings, or ``(name, exception)`` where
         it cannot fit them (``errors``)."""
         if isinstance(init, str):
-            from ..bcdprox import BCDProxODE
-            from ..wendy import WENDyODE
-
-            Other = {"bcdprox": BCDProxODE, "wendy": WENDyODE}[init]
+            Other = estimator_class(init)  # the method table: no sibling package imported
             other = Other(self.model, theta0=self.theta0, x0=self.x0,
                           estimate_x0=self.estimate_x0, t0=self.t0, observed=self.observed,
                           fixed=self.fixed, bounds=self.bounds, positive=self.positive)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from .._estimator import is_linear_on_data
+from .._on_grid import is_linear_on_data
 from ..exceptions import DivergenceError
 from . import _fidelity as fid
 

@@ -29,6 +29,9 @@ import numpy as np
 from scipy.stats import chi2
 
 from ..exceptions import SklodeError
+from ..outputerror._objective import objective_for_experiments
+from ..outputerror._optimize import adjoint_solve
+from ..outputerror._predict import predicted_observables
 
 __all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
            "residual_runs", "residual_time_means", "residuals"]
@@ -83,9 +86,6 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
     """
     from scipy.optimize import least_squares
 
-    from ..outputerror._objective import objective_for_experiments
-    from ..outputerror._optimize import adjoint_solve
-
     n_entries = sum(int(e.mask.sum()) for e in data.experiments)
     if n_entries > POLISH_MAX_ENTRIES:
         return None
@@ -136,8 +136,6 @@ def residuals(model, theta, data, x0s, options):
     list of ndarray of shape (n_times, n_observed), or None
         None when a prediction cannot be integrated.
     """
-    from .._estimator import predicted_observables
-
     columns = list(data.observed)
     out = []
     for x0, e in zip(np.reshape(x0s, (data.n_experiments, -1)), data.experiments):
@@ -218,7 +216,8 @@ def residual_time_means(residuals, data):
         The ``TIME_MEANS_LEVEL`` quantile of ``chi2(m)``.
     Or None with fewer than ``TIME_MEANS_MIN`` experiments.
     """
-    from scipy.stats import norm, t as student
+    from scipy.stats import norm
+    from scipy.stats import t as student
 
     if data.n_experiments < TIME_MEANS_MIN:
         return None

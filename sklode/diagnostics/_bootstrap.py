@@ -26,7 +26,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .._noise_level import MIN_SAMPLES, estimate_noise
 from ..exceptions import SklodeError
+from ..observation._likelihood import sigma_per_state
+from ..outputerror._predict import predicted_observables
+from ._assessment import _NOISE_FLOOR, POOR_FIT_RATIO
 
 __all__ = ["BootstrapResult", "bootstrap_replicates", "replicate_noise"]
 
@@ -92,10 +96,6 @@ def replicate_noise(model, theta, data, x0s, *, sigma, noise_kind, n_unknowns, o
         When the fitted model cannot be integrated over the data: there is nothing to
         simulate from.
     """
-    from .._estimator import (_NOISE_FLOOR, POOR_FIT_RATIO, predicted_observables,
-                             sigma_per_state)
-    from .._noise_level import MIN_SAMPLES, estimate_noise
-
     columns = list(data.observed)
     log = noise_kind == "lognormal"
     means, values = [], []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import IdentifiabilityWarning, IntegrationError, warn
+from ..outputerror._objective import objective_for_experiments
 
 __all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "reduced_chi_square",
            "uncertainty_at_fit", "unknown_names", "warn_unidentifiable"]
@@ -453,8 +454,6 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
     """
     from dataclasses import replace
 
-    from ..outputerror._objective import objective_for_experiments
-
     data = data.with_initial_states(x0s)
     n_x0 = int(sum(e.estimate_x0.sum() for e in data.experiments))
     n_times = sum(e.t.size for e in data.experiments)
@@ -481,3 +480,57 @@ def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kin
     step = None if result.step is None else np.concatenate([np.full(n_x0, np.nan),
                                                             result.step])
     return FitUncertainty(cov, result.unidentifiable, step)
+
+
+def standard_errors(cov):
+    """Square roots of the diagonal of a covariance (negative round-off clipped to 0).
+
+    Parameters
+    ----------
+    cov : ndarray of shape (n, n)
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
+    return np.sqrt(np.clip(np.diag(cov), 0, None))
+
+
+def uncertainty_attributes(uncertainty, data, fitted, model, estimator_name, *,
+                           transformed=None, z0s=None):
+    """``theta_cov_``, ``theta_stderr_``, ``x0_stderr_`` and ``unidentifiable_`` from a
+    :class:`~sklode.diagnostics._uncertainty.FitUncertainty` (warning when the data cannot pin
+    something down). ``transformed``/``z0s``: the fitted states' model and the initial
+    states in them, when the fit ran in scaled states (standard errors are mapped back).
+    """
+    warn_unidentifiable(estimator_name, uncertainty.unidentifiable)
+    cov, n_params = uncertainty.cov, model.n_params
+    mask = np.array([e.estimate_x0 for e in data.experiments])
+    n_x0 = int(mask.sum())
+    theta_cov = np.zeros((n_params, n_params))  # held parameters: zero
+    theta_cov[np.ix_(fitted, fitted)] = cov[n_x0:, n_x0:]
+    x0_stderr = np.zeros(mask.shape)
+    x0_stderr[mask] = standard_errors(cov[:n_x0, :n_x0])
+    if transformed is not None:
+        x0_stderr = from_state_scale(transformed, z0s, x0_stderr)[1]
+    return {"theta_cov_": theta_cov, "theta_stderr_": standard_errors(theta_cov),
+            "x0_stderr_": x0_stderr if data.several else x0_stderr[0],
+            "unidentifiable_": uncertainty.unidentifiable}
+
+
+def from_state_scale(transformed, z0, z0_stderr):
+    """Initial states and their standard errors back in the original states (the delta
+    method: ``dx/dz`` is ``scale`` or ``scale x``).
+
+    Parameters
+    ----------
+    transformed : ScaledStates
+    z0, z0_stderr : ndarray of shape (..., n_states)
+
+    Returns
+    -------
+    x0, x0_stderr : ndarray of shape (..., n_states)
+    """
+    x0 = transformed.to_x(z0)
+    slope = np.asarray(transformed.scale) * (np.abs(x0) if transformed.log else 1.0)
+    return x0, slope * np.asarray(z0_stderr)

@@ -25,6 +25,8 @@ import scipy.sparse
 import torch
 
 from ..exceptions import ModelError, NotLinearInThetaError
+from ._compile import compile_field, grid_functions
+from ._native import native_solver
 
 __all__ = ["ODEModel", "FunctionModel", "HeldParameters", "ScaledStates", "check_model"]
 
@@ -452,8 +454,6 @@ class ODEModel:
             cached = self.__dict__.get("_pointwise_cache")
             if cached is not None:  # built meanwhile, or this thread's own placeholder
                 return cached
-            from ._compile import compile_field, grid_functions
-
             # while compiling: the checks compare to the torch path
             self.__dict__["_pointwise_cache"] = _Building(self.f, self.jac_x, None, None)
             try:
@@ -492,8 +492,6 @@ class ODEModel:
             with _COMPILE_LOCK:
                 cached = self.__dict__.get("_native_cache")
                 if cached is None:
-                    from ._native import native_solver
-
                     cached = native_solver(self, getattr(self._pointwise().field, "compiled",
                                                          None))
                     self.__dict__["_native_cache"] = cached

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ._band import band_order
 from ._compile import _BINARY, _IDENTITY
 
 __all__ = ["NativeSolver", "native_solver", "native_unavailable_reason"]
@@ -408,54 +409,6 @@ class _Program:
                 "\n".join(f"    {target}[{i}] = {of(r)};" for i, r in enumerate(self.roots))
                 + "\n}")
         return "\n".join(lines) + "\n"
-
-
-def band_order(rows, cols, n_states):
-    """The order of the states in which ``df/dx`` (entries at ``rows``, ``cols``) has the
-    narrowest band, and that band.
-
-    The natural order, unless reverse Cuthill-McKee on the symmetrised pattern gives a
-    narrower LU band (:func:`sklode.integrate.band_width`): a ring like Lorenz-96
-    (``x_{i-2}, x_{i-1}, x_i, x_{i+1}``, cyclic) is dense in its natural order and banded
-    once its two halves are interleaved.
-
-    Parameters
-    ----------
-    rows, cols : sequence of int
-        The structural entries of ``df/dx``.
-    n_states : int
-
-    Returns
-    -------
-    position : ndarray of int (n_states,) or None
-        ``position[state]``: its row and column in the reordered matrix; None for the
-        natural order.
-    lower, upper : int
-        Diagonals below and above the main one in that order.
-    """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-
-    from ..integrate import band_width
-
-    rows, cols = np.asarray(rows, dtype=int), np.asarray(cols, dtype=int)
-
-    def band(r, c):
-        if r.size == 0:
-            return 0, 0
-        return max(int(np.max(r - c)), 0), max(int(np.max(c - r)), 0)
-
-    natural = band(rows, cols)
-    if rows.size == 0 or band_width(*natural, n_states) <= 3:
-        return (None, *natural)
-    pattern = coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n_states,) * 2).tocsr()
-    order = reverse_cuthill_mckee((pattern + pattern.T).tocsr(), symmetric_mode=True)
-    position = np.empty(n_states, dtype=int)
-    position[order] = np.arange(n_states)
-    reordered = band(position[rows], position[cols])
-    if band_width(*reordered, n_states) < band_width(*natural, n_states):
-        return (position, *reordered)
-    return (None, *natural)
 
 
 def _units(n):

@@ -33,6 +33,7 @@ import torch
 
 from .._validation import DISTRIBUTIONS, NOISE_KINDS
 from ..exceptions import IntegrationError
+from ..models._compile import compile_grid, parameters_read
 
 __all__ = ["NOISE_KINDS", "DISTRIBUTIONS", "Observation", "data_neg_log_likelihood",
            "distribution_of", "kinds_by_column",
@@ -525,8 +526,6 @@ class Observation:
         model = self.model
         cache = model.__dict__.setdefault("_observation_grid", {})
         if "functions" not in cache:
-            from ..models._compile import compile_grid
-
             n_obs, p = len(model.observables), model.n_params
             observe = noise = True
             if model.has_observation_model:
@@ -635,8 +634,6 @@ class Observation:
         cannot be recorded), kept on the model."""
         cache = self.model.__dict__.setdefault("_observation_reads", {})
         if n_params not in cache:
-            from ..models._compile import parameters_read
-
             model = self.model
 
             def observation(t, x, theta):
@@ -836,3 +833,35 @@ def data_neg_log_likelihood(model, experiments, observed, predictions, thetas, s
             return np.inf, len(kinds) if profile else 0
         total += float(np.sum(terms))
     return total, (len(kinds) if profile else 0)
+
+
+def sigma_per_state(sigma, noise_kind, values, estimator_name):
+    """``sigma`` as one absolute standard deviation per column of ``values`` (the observed
+    states, on the scale they are fitted at; NaN where missing), for the methods with one
+    noise level per state (BCD-prox, WENDy).
+
+    Parameters
+    ----------
+    sigma : float or array-like
+        One positive value, or one per column.
+    noise_kind : str
+        ``"relative_rms"`` multiplies by each column's RMS; the others take ``sigma`` as it
+        is (``"lognormal"``: on the log scale ``values`` are in).
+    values : ndarray of shape (n_samples, n_observed)
+    estimator_name : str
+
+    Returns
+    -------
+    ndarray of shape (n_observed,)
+    """
+    width = values.shape[1]
+    given = np.asarray(sigma, dtype=np.float64)
+    if given.size not in (1, width) or np.any(given <= 0):
+        got = f"an array of shape {given.shape}" if given.size > width else repr(sigma)
+        raise ValueError(f"{estimator_name} takes sigma as one positive value or one per "
+                         f"observed state ({width}); got {got}. Use AdjointODE for one "
+                         "standard deviation per observation.")
+    per_state = np.broadcast_to(given.reshape(-1), (width,)).copy()
+    if noise_kind == "relative_rms":
+        per_state *= np.sqrt(np.nanmean(values**2, axis=0))
+    return per_state

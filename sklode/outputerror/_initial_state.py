@@ -13,6 +13,7 @@ from scipy.optimize import least_squares
 
 from ..exceptions import IntegrationError
 from ..integrate import simulate, solve
+from ._sensitivity import forward_trajectory, sensitivities
 
 __all__ = ["data_starts", "shoot_initial_state", "shooting_window", "smoothed_x0",
            "start_from_data"]
@@ -295,8 +296,6 @@ def shoot_initial_state(model, theta, t, Y, x0, *, free=None, observed=None, t0=
         (wide models: the differences are one solve of n_free + 1 copies of the model,
         and the sensitivities read df/dx through its structural entries). ``sign`` is
         :func:`with_differences`'s, without meaning for an exact Jacobian."""
-        from ._sensitivity import forward_trajectory, sensitivities
-
         traj = forward_trajectory(model, theta, full(z[None])[0], t0, t,
                                   integrator=integrator, rtol=rtol, atol=1e-3 * rtol)
         S = sensitivities(model, theta, traj, with_x0=True)[:, observed][:, :, :n_states]

@@ -19,9 +19,6 @@ import logging
 
 import numpy as np
 
-from ._initial_state import start_from_data
-from ..observation._likelihood import DISTRIBUTIONS, Observation, kinds_by_column, known_sigma
-from ._sensitivity import Trajectory, adjoint_gradient, forward_trajectory, sensitivities
 from .._validation import (
     NOISE_KINDS,
     check_experiments,
@@ -32,7 +29,23 @@ from .._validation import (
     log_factors,
 )
 from ..exceptions import IntegrationError
+from ..integrate import _resolve_integrator, native_solver_for
 from ..models import check_model
+from ..models._compile import parameters_read
+from ..observation._likelihood import (
+    DISTRIBUTIONS,
+    Observation,
+    kinds_by_column,
+    known_sigma,
+)
+from ._initial_state import start_from_data
+from ._sensitivity import (
+    Trajectory,
+    adjoint_gradient,
+    forward_trajectory,
+    sensitivities,
+)
+from ._steady_state import SharedSteadyState, preequilibrated_start
 
 __all__ = ["NOISE_KINDS", "ExperimentsObjective", "LeastSquaresObjective", "build_objective",
            "objective_for_experiment", "objective_for_experiments",
@@ -350,8 +363,6 @@ class LeastSquaresObjective(_Objective):
         D : ndarray of shape (n_states, n_params) or None
             ``d x0 / d theta`` (shared theta; None unless asked).
         """
-        from ._steady_state import preequilibrated_start
-
         # the reset components of x0 are known (no x0 is estimated with a
         # pre-equilibration), so the start depends on theta only: cache it by theta
         key = theta.tobytes()
@@ -741,8 +752,6 @@ def _restricted(traj, index, grid, obs_index):
 
 def _compiled_solver(part):
     """The CVODES solver the experiment ``part``'s solves run on, or None (the scipy path)."""
-    from ..integrate import _resolve_integrator, native_solver_for
-
     return native_solver_for(part.model, _resolve_integrator(part.solver["integrator"]))
 
 
@@ -930,9 +939,6 @@ class _ObservationBatch:
 def _share_steady_states(parts):
     """Give experiments pre-equilibrated from the same state one steady state (its solve
     and sensitivities once per evaluation instead of once per experiment)."""
-    from ._steady_state import SharedSteadyState
-    from ..models._compile import parameters_read
-
     groups = {}
     for part in parts:
         if part.preequilibration is not None:

@@ -27,9 +27,18 @@ import math
 import numpy as np
 
 from ..exceptions import IntegrationError
-from ..integrate import (_max_steps, _resolve_integrator, add_doses, blowup_limit,
-                        dose_segments, narrow_band, native_solver_for, raise_native_failure,
-                        solve, state_atol)
+from ..integrate import (
+    _max_steps,
+    _resolve_integrator,
+    add_doses,
+    blowup_limit,
+    dose_segments,
+    narrow_band,
+    native_solver_for,
+    raise_native_failure,
+    solve,
+    state_atol,
+)
 
 __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._sensitivity import forward_trajectory, sensitivities
 from ..exceptions import IntegrationError
+from ._sensitivity import forward_trajectory, sensitivities
 
 __all__ = ["SharedSteadyState", "preequilibrated_start", "steady_state",
            "steady_state_sensitivities"]

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..models._base import ODEModel
+from ..models._compile import parameters_read
 
 __all__ = ["GeneratedModel"]
 
@@ -164,8 +165,6 @@ class GeneratedModel(ODEModel):
         """The parameters the initial values read, from their recorded program (found on
         first use and kept), or None where it cannot be recorded (then all)."""
         if "_initial_read" not in self.__dict__:
-            from ..models._compile import parameters_read
-
             read = parameters_read(lambda t, x, theta: self._initial(theta),
                                    len(self.state_names), len(self.param_names))
             self._initial_read = None if read is None else np.flatnonzero(read)

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import check_experiments
+from ..adjoint import AdjointODE
+from ..exceptions import SklodeError
 from ..experiment import Experiment
+from ..models._native import native_unavailable_reason
+from ..observation._likelihood import data_neg_log_likelihood
+from ..outputerror._objective import _preequilibration_of
+from ..outputerror._optimize import fides_unavailable_reason
+from ..outputerror._predict import experiment_start, states_at_observations
+from ..outputerror._steady_state import preequilibrated_start
 from ._model import GeneratedModel
 from ._sbml import UnsupportedFeature, read_sbml
 
@@ -137,9 +146,6 @@ class PEtabProblem:
         """``(data, states, thetas)``: the validated experiments, each one's states at its
         times and its parameters, at ``values``; each started from its x0 or its
         pre-equilibrated steady state."""
-        from .._estimator import states_at_observations
-        from .._validation import check_experiments
-
         data = check_experiments(self.experiments, None, model=self.model,
                                  estimate_x0=False, min_samples=1,
                                  estimator_name="PEtabProblem", warn_initial_time=False)
@@ -175,9 +181,6 @@ class PEtabProblem:
         float
             ``inf`` where the model cannot be integrated.
         """
-        from ..observation._likelihood import data_neg_log_likelihood
-        from ..exceptions import SklodeError
-
         try:
             data, states, thetas = self._solved(
                 values, {"integrator": integrator, "rtol": rtol, "atol": atol})
@@ -244,10 +247,6 @@ class PEtabProblem:
         AdjointODE
             Unfitted; fit it on :attr:`experiments`.
         """
-        from ..adjoint import AdjointODE
-        from ..outputerror._optimize import fides_unavailable_reason
-        from ..models._native import native_unavailable_reason
-
         values = self._values(None if theta0 is None else theta0)
         # strictly inside the box (PEtab's nominal values may sit on a bound), nudged on the
         # parameter's own scale: on the linear scale, 1e-9 of [1e-8, 1e8] is 0.1, which
@@ -309,9 +308,9 @@ def _offsets_jacobian_source(offsets, symbols, theta_reads):
     of running autograd once per experiment and Jacobian (Bruno: 1.1 ms a call, 46 % of a
     start). Empty where a derivative is not an ordinary expression (a piecewise step's
     DiracDelta); autograd then."""
-    import sympy as sp
+    import sympy as sp  # the optional extra (sklode[petab]): imported where it is needed
 
-    from ._codegen import function_source
+    from ._codegen import function_source  # sympy too
 
     entries, at = [], []
     for i, expression in enumerate(offsets):
@@ -333,11 +332,6 @@ def _offsets_jacobian_source(offsets, symbols, theta_reads):
 
 def _starts(model, data, theta, options):
     """Each experiment's initial state: its x0, or after its pre-equilibration."""
-    from ..outputerror._objective import _preequilibration_of
-    from ..outputerror._steady_state import preequilibrated_start
-
-    from .._estimator import experiment_start
-
     rows = []
     for e in data.experiments:
         pre = _preequilibration_of(e, model)
@@ -513,7 +507,7 @@ class _Builder:
         aux_kinds = {a: "absolute" for a in auxiliary}
 
         # ---- generated code
-        from ._codegen import function_source
+        from ._codegen import function_source  # sympy: the optional extra, on first use
 
         reads = {ode.time: "t"}
         reads.update({z[s]: f"x[..., {i}]" for s, i in state_index.items()})

@@ -13,12 +13,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._estimator import predicted_observables, set_fitted
-from ..observation._likelihood import information_criteria
+from .._estimator import set_fitted
 from .._validation import check_experiments, check_theta0
+from ..adjoint import AdjointODE
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
+from ..experiment import Experiment
 from ..integrate import INTEGRATORS, _resolve_integrator
 from ..models import check_model
+from ..observation._likelihood import information_criteria
+from ..outputerror._predict import predicted_observables
 from ._differences import central_differences, second_differences
 from ._solver import (
     Layout,
@@ -253,8 +256,6 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
     def _pooled_start(self, model, data, layout, subjects):
         """A pooled AdjointODE fit (every subject the same parameters) as the start, and
         the residual levels around it."""
-        from ..adjoint import AdjointODE
-
         experiments = [_as_public(e, model) for e in data.experiments]
         pooled = AdjointODE(
             model, theta0=layout.theta, x0=None, estimate_x0=False, observed=data.observed,
@@ -596,8 +597,6 @@ def _noise_sd(model, experiment, theta, h, observed, subject):
 def _as_public(e, model):
     """A validated experiment back as a public :class:`~sklode.Experiment` (for the pooled
     start)."""
-    from ..experiment import Experiment
-
     doses = [(d[0], int(d[1]), d[2]) for d in e.doses] if e.doses else None
     return Experiment(e.t, e.Y, x0=e.x0, t0=e.t0, doses=doses, conditions=e.conditions,
                       name=e.name)

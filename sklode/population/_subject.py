@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..outputerror._sensitivity import forward_trajectory, sensitivities
 from .._validation import condition_map
 from ..exceptions import IntegrationError
+from ..outputerror._sensitivity import forward_trajectory, sensitivities
 from ._differences import central_differences
 
 __all__ = ["Subject", "subject_theta"]

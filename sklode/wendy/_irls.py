@@ -34,13 +34,6 @@ from scipy.stats import shapiro
 
 from .._noise_level import estimate_noise
 from ..exceptions import DivergenceError
-from ._covariance import (
-    covariance_blocks,
-    inverse_from_cholesky,
-    noise_corrected_split,
-    score_bias,
-    whiten,
-)
 from ._blockwise import (
     DENSE_MAX_ROWS,
     BlockWhitening,
@@ -48,6 +41,13 @@ from ._blockwise import (
     block_covariances,
     block_score_bias,
     sandwich_covariance,
+)
+from ._covariance import (
+    covariance_blocks,
+    inverse_from_cholesky,
+    noise_corrected_split,
+    score_bias,
+    whiten,
 )
 from ._likelihood import WeakLikelihood, maximise_weak_likelihood
 from ._smoothing import decorrelated_states
