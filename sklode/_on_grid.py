@@ -27,7 +27,7 @@ from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from .diagnostics._uncertainty import standard_errors, uncertainty_attributes
 from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError, warn
 from .integrate import simulate
-from .models._base import HeldParameters, ScaledStates
+from .models._wrappers import HeldParameters, ScaledStates
 
 __all__ = ["BOOTSTRAP_CONSTRAINTS", "DoseSplit", "STATE_NOISE_KINDS", "bootstrap_attributes",
            "bounded_theta_problem", "finish_fit", "fitted_mask", "full_theta", "has_bounds",
@@ -237,7 +237,7 @@ def require_observed(data, estimator_name, why):
 
 
 def on_state_scale(model, data, scale, log, x0_bounds=None, estimator_name="this estimator"):
-    """The problem in the states of :class:`~sklode.models._base.ScaledStates`.
+    """The problem in the states of :class:`~sklode.models._wrappers.ScaledStates`.
 
     Parameters
     ----------
@@ -299,7 +299,7 @@ def hold_fixed(model, fixed, theta0, bounds):
     Returns
     -------
     model : ODEModel
-        ``model`` itself, or a :class:`~sklode.models._base.HeldParameters` of the others.
+        ``model`` itself, or a :class:`~sklode.models._wrappers.HeldParameters` of the others.
     theta0 : ndarray
         Start of the fitted parameters.
     bounds : (ndarray, ndarray) or None
@@ -316,7 +316,7 @@ def hold_fixed(model, fixed, theta0, bounds):
 
 def fitted_mask(model, n_params):
     """Which of the ``n_params`` parameters ``model`` (what :func:`hold_fixed` returned)
-    fits: all, or the ones a :class:`~sklode.models._base.HeldParameters` leaves free.
+    fits: all, or the ones a :class:`~sklode.models._wrappers.HeldParameters` leaves free.
 
     Parameters
     ----------

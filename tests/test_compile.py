@@ -22,7 +22,7 @@ from sklode.models import (
     ProteinTransduction,
     Rossler,
 )
-from sklode.models._base import HeldParameters, ScaledStates
+from sklode.models._wrappers import HeldParameters, ScaledStates
 from sklode.models._compile import compile_field
 
 ZOO = [LotkaVolterra(), FitzHughNagumo(), Rossler(), Lorenz96(8), Lorenz63(), SEIRD(1e5),

@@ -1,6 +1,8 @@
 """ODE models: the :class:`ODEModel` base class and the zoo of the three papers' systems."""
 
-from ._base import FunctionModel, ODEModel, check_model
+from ._base import ODEModel
+from ._check import check_model
+from ._wrappers import FunctionModel
 from ._zoo import (
     SEIRD,
     FitzHughNagumo,

@@ -21,47 +21,14 @@ import threading
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse
 import torch
 
-from ..exceptions import ModelError, NotLinearInThetaError
+from . import _autodiff, _linearity
 from ._compile import compile_field, grid_functions
 from ._native import native_solver
+from ._tensors import _as_tensor, _time_tensor, sum_by_index
 
-__all__ = ["ODEModel", "FunctionModel", "HeldParameters", "ScaledStates", "check_model"]
-
-_DTYPE = torch.float64
-
-# jac_x replicates the batch once per state up to this many states (one backward pass);
-# beyond it, one backward pass per state is cheaper (measured on Lorenz-96, d = 40).
-_REPLICATE_MAX_STATES = 12
-# jac_theta loops the compiled pointwise Jacobian over the points up to this many states
-# (measured on 150 points: SEIRD 2.1 ms against torch's 2.5, Lorenz-96 with 10 states 4.7
-# against 0.9); beyond it torch's vmap is faster.
-_POINTWISE_MAX_STATES = 8
-# From this many states, df/dtheta of models with fewer parameters than states is taken in
-# forward mode (one product per parameter on the whole grid).
-_FORWARD_MODE_MIN_STATES = 64
-
-
-def _as_tensor(a):
-    """float64 torch view of an array-like (no copy when already float64, contiguous, writable).
-
-    Read-only inputs (memmaps, cached data) are copied: torch cannot wrap them safely, and
-    inputs are never written to.
-    """
-    a = np.ascontiguousarray(a, dtype=np.float64)
-    if not a.flags.writeable:
-        a = a.copy()
-    return torch.from_numpy(a)
-
-
-def _time_tensor(t, batch_shape):
-    """Time as a tensor broadcastable against ``x[..., 0]``."""
-    t = np.asarray(t, dtype=np.float64)
-    if t.ndim == 0:
-        return torch.tensor(float(t), dtype=_DTYPE)
-    return _as_tensor(np.broadcast_to(t, batch_shape))
+__all__ = ["ODEModel", "sum_by_index"]
 
 
 class _Compiled(NamedTuple):
@@ -97,28 +64,6 @@ def _guarded(compiled, torch_path):
             return torch_path(t, x, theta)
     call.compiled = compiled
     return call
-
-
-def sum_by_index(values, index, size):
-    """``out[..., i] = sum of values[..., k] over the k with index[k] == i``.
-
-    The entries of a sparse Jacobian (:meth:`ODEModel.jac_x_sparse`) gathered per equation
-    (``index = rows``) or per state (``cols``), as one sparse matrix product.
-
-    Parameters
-    ----------
-    values : ndarray of shape (..., nnz)
-    index : ndarray of int of shape (nnz,)
-    size : int
-
-    Returns
-    -------
-    ndarray of shape (..., size)
-    """
-    gather = scipy.sparse.csr_matrix((np.ones(index.size), index, np.arange(index.size + 1)),
-                                     shape=(index.size, size))
-    flat = values.reshape(-1, index.size)
-    return np.asarray(flat @ gather).reshape(values.shape[:-1] + (size,))
 
 
 class ODEModel:
@@ -547,31 +492,7 @@ class ODEModel:
         ndarray of shape (..., n_states, n_states)
             The Jacobians.
         """
-        grid = self._pointwise().grid
-        if grid is not None:  # the compiled program on the whole grid
-            with np.errstate(all="ignore"):
-                return grid[1](t, np.asarray(x, dtype=np.float64),
-                               np.asarray(theta, dtype=np.float64))
-        # For few states, one backward pass through a batch replicated once per output
-        # component; for many, one backward pass per component. Measured faster than forward
-        # mode, whose dual-tensor overhead is large for small element-wise models.
-        x = _as_tensor(x)
-        theta = _as_tensor(theta)
-        n = x.shape[-1]
-        if n <= _REPLICATE_MAX_STATES:
-            xb = x.unsqueeze(0).expand((n,) + x.shape).clone().requires_grad_(True)
-            t_b = _time_tensor(t, x.shape[:-1])
-            with torch.enable_grad():
-                out = self.rhs(t_b, xb, theta)
-                selector = torch.eye(n, dtype=_DTYPE).reshape((n,) + (1,) * (x.dim() - 1) + (n,))
-                (grad,) = torch.autograd.grad(out, xb, grad_outputs=selector.expand_as(out))
-            return grad.movedim(0, -2).numpy()
-        xr = x.clone().requires_grad_(True)
-        with torch.enable_grad():
-            out = self._call(t, xr, theta)
-            rows = [torch.autograd.grad(out[..., i].sum(), xr, retain_graph=i < n - 1)[0]
-                    for i in range(n)]
-        return torch.stack(rows, dim=-2).numpy()
+        return _autodiff.jac_x(self, t, x, theta)
 
     def jac_x_sparsity(self, t=None, x=None, theta=None):
         """Where ``df/dx`` can be non-zero: row and column indices of its structural entries.
@@ -594,46 +515,8 @@ class ODEModel:
         cols : ndarray of int
             States, sorted within each row.
         """
-        cached = self.__dict__.get("_sparsity_cache")
-        if cached is None:
-            rng = np.random.default_rng(0)
-            n = self.n_states
-            points = np.vstack([rng.uniform(-2.0, 2.0, (2, n)), rng.uniform(0.5, 2.0, (2, n))])
-            theta_random = rng.uniform(0.5, 2.0, self.n_params)
-            with np.errstate(all="ignore"):
-                J = self.jac_x(0.5, points, theta_random)
-            pattern = np.any(J != 0, axis=0)  # NaN counts as non-zero
-            if x is not None:
-                pattern |= self._pattern_at(t, x, theta)
-            cached = self._store_sparsity(pattern)
-        return cached[0], cached[1]
+        return _autodiff.jac_x_sparsity(self, t, x, theta)
 
-    def _pattern_at(self, t, x, theta, rows=None):
-        """Non-zero pattern of ``jac_x`` at a few rows of a grid (all of ``rows`` if given)."""
-        x = np.asarray(x, dtype=np.float64).reshape(-1, self.n_states)
-        times = np.broadcast_to(np.asarray(0.0 if t is None else t, dtype=np.float64),
-                                x.shape[:1])
-        if rows is None:
-            rows = np.unique([0, x.shape[0] // 2, x.shape[0] - 1])
-        with np.errstate(all="ignore"):
-            J = self.jac_x(times[rows], x[rows], theta)
-        return np.any(J != 0, axis=0)
-
-    def _store_sparsity(self, pattern):
-        rows, cols = np.nonzero(pattern)
-        # Greedy colouring of the rows: rows of one colour share no column, so one
-        # vector-Jacobian product with the sum of their unit vectors reads all of their
-        # entries (Lorenz-96: 4 entries per row, 4 to 7 colours whatever the dimension).
-        by_column = [[] for _ in range(pattern.shape[1])]
-        for r, c in zip(rows, cols):
-            by_column[c].append(r)
-        colour = np.full(pattern.shape[0], -1)
-        for r in range(pattern.shape[0]):
-            taken = {colour[q] for c in np.flatnonzero(pattern[r]) for q in by_column[c]}
-            colour[r] = next(k for k in range(len(taken) + 1) if k not in taken)
-        cached = (rows, cols, colour, pattern)
-        self.__dict__["_sparsity_cache"] = cached
-        return cached
 
     def jac_x_sparse(self, t, x, theta):
         """The structural entries of ``df/dx`` at every point, without the dense Jacobian.
@@ -664,40 +547,7 @@ class ODEModel:
         values : ndarray of shape (..., nnz)
             ``values[..., k] = d f_rows[k] / d x_cols[k]``.
         """
-        x = np.asarray(x, dtype=np.float64)
-        self.jac_x_sparsity(t, x, theta)
-        for attempt in range(4):  # each widening adds what up to 64 disagreeing points show
-            rows, cols, colour, pattern = self.__dict__["_sparsity_cache"]
-            values = np.empty(x.shape[:-1] + (rows.size,))
-            for k in range(colour.max() + 1 if colour.size else 0):
-                v = np.zeros_like(x)
-                v[..., colour == k] = 1.0
-                vx, _ = self.vjp(t, x, theta, v)
-                chosen = colour[rows] == k
-                values[..., chosen] = vx[..., cols[chosen]]
-            weights = np.random.default_rng(1).standard_normal(x.shape)
-            vx, _ = self.vjp(t, x, theta, weights)
-            terms = weights.reshape(-1, x.shape[-1])[:, rows] * values.reshape(-1, rows.size)
-            sparse_vx = sum_by_index(terms, cols, x.shape[-1])
-            magnitude = sum_by_index(np.abs(terms), cols, x.shape[-1])  # round-off's scale
-            with np.errstate(invalid="ignore"):
-                wrong = np.abs(sparse_vx - vx.reshape(sparse_vx.shape)) > 1e-9 * (
-                    magnitude + np.abs(vx.reshape(sparse_vx.shape)) + 1e-300)
-            wrong &= np.isfinite(vx.reshape(sparse_vx.shape))
-            bad_points = np.flatnonzero(np.any(wrong, axis=1))
-            if bad_points.size == 0:
-                return rows, cols, values
-            if attempt == 3:
-                break
-            flat = x.reshape(-1, x.shape[-1])
-            times = np.broadcast_to(np.asarray(t, dtype=np.float64), x.shape[:-1]).reshape(-1)
-            self._store_sparsity(pattern | self._pattern_at(times, flat, theta,
-                                                            rows=bad_points[:64]))
-        raise ModelError(
-            f"The sparsity of df/dx of {self!r} keeps growing: entries that vanish where they "
-            "were probed appear at other points (three widenings did not find them all), so "
-            "its structural entries cannot be read reliably. Report the model; the dense "
-            "jac_x is exact.")
+        return _autodiff.jac_x_sparse(self, t, x, theta)
 
     def curvature_x(self, t, x, theta, weights):
         """Weighted sum of the pure second derivatives, ``sum_l weights_l d^2 f / dx_l^2``.
@@ -725,74 +575,8 @@ class ODEModel:
         ndarray of shape (..., n_states)
             The weighted curvature at every point.
         """
-        # Not nested forward mode (torch.func.jvp twice): measured 12x slower, it falls back
-        # to Python reference kernels.
-        x = _as_tensor(x)
-        theta = _as_tensor(theta)
-        weights = np.asarray(weights, dtype=np.float64)
-        n = x.shape[-1]
-        if n >= _FORWARD_MODE_MIN_STATES:  # the batch replicated n times would hold n^2 x
-            return self._curvature_x_coloured(t, x, theta, weights)
-        # selector[i, ..., k] = delta_ik: picks output i in copy i of the batch.
-        selector = torch.eye(n, dtype=_DTYPE).reshape((n,) + (1,) * (x.dim() - 1) + (n,))
-        xb = x.unsqueeze(0).expand((n,) + x.shape).clone().requires_grad_(True)
-        out = torch.zeros_like(x)
-        with torch.enable_grad():
-            f = self.rhs(_time_tensor(t, x.shape[:-1]), xb, theta)
-            # grad[i, ..., :] = d f_i / dx
-            (grad,) = torch.autograd.grad(f, xb, grad_outputs=selector.expand_as(f),
-                                          create_graph=True)
-            if not grad.requires_grad:  # f is affine in x: no second derivative anywhere
-                return out.numpy()
-            for state in np.flatnonzero(weights):
-                (second,) = torch.autograd.grad(grad[..., state].sum(), xb, retain_graph=True,
-                                                allow_unused=True)
-                if second is not None:  # None: this slope does not depend on x
-                    out = out + float(weights[state]) * second[..., state].movedim(0, -1)
-        return out.detach().numpy()
+        return _autodiff.curvature_x(self, t, x, theta, weights)
 
-    def _curvature_x_coloured(self, t, x, theta, weights):
-        """:meth:`curvature_x` by Hessian-vector products on the sparsity pattern.
-
-        For a colour ``R`` of the rows (rows sharing no state, :meth:`jac_x_sparsity`),
-        ``s = sum_{a in R} f_a`` has a block-diagonal Hessian (one block per row: the states
-        that row reads), so its product with the indicator of the p-th state of every row
-        of ``R`` reads ``d^2 f_a / dx_l^2`` for exactly those pairs: colours times the most
-        states a row reads products (Lorenz-96: 4 x 4), each a second reverse pass over the
-        whole grid, in ``n_points * n_states`` memory.
-        """
-        rows, cols = self.jac_x_sparsity()
-        colour = self.__dict__["_sparsity_cache"][2]
-        n = x.shape[-1]
-        starts = np.searchsorted(rows, np.arange(n + 1))
-        out = np.zeros(tuple(x.shape))
-        xr = x.clone().requires_grad_(True)
-        with torch.enable_grad():
-            f = self._call(t, xr, theta)
-            for k in range(colour.max() + 1 if colour.size else 0):
-                members = np.flatnonzero(colour == k)
-                picker = torch.zeros(n, dtype=_DTYPE)
-                picker[members] = 1.0
-                (grad,) = torch.autograd.grad((f * picker).sum(), xr, create_graph=True)
-                if not grad.requires_grad:  # f is affine in x: no second derivative
-                    return out
-                width = int(np.max(starts[members + 1] - starts[members], initial=0))
-                for position in range(width):
-                    owner = [(a, cols[starts[a] + position]) for a in members
-                             if starts[a] + position < starts[a + 1]]
-                    owner = [(a, l) for a, l in owner if weights[l] != 0]  # noqa: E741
-                    if not owner:
-                        continue
-                    direction = torch.zeros(n, dtype=_DTYPE)
-                    direction[[state for _, state in owner]] = 1.0
-                    (second,) = torch.autograd.grad((grad * direction).sum(), xr,
-                                                    retain_graph=True, allow_unused=True)
-                    if second is None:
-                        continue
-                    second = second.detach().numpy()
-                    for a, l in owner:  # noqa: E741
-                        out[..., a] += weights[l] * second[..., l]
-        return out
 
     def jac_theta(self, t, x, theta):
         """Jacobian ``df/dtheta`` at every point, shape ``(..., n_states, n_params)``.
@@ -819,59 +603,8 @@ class ODEModel:
         ndarray of shape (..., n_states, n_params)
             The Jacobians.
         """
-        grid = self._pointwise().grid
-        if grid is not None:  # the compiled program on the whole grid
-            with np.errstate(all="ignore"):  # torch's inf/nan, silently as torch does
-                return grid[2](t, np.asarray(x, dtype=np.float64),
-                               np.asarray(theta, dtype=np.float64))
-        pointwise = (self._pointwise().jacobian_theta
-                     if self.n_states <= _POINTWISE_MAX_STATES else None)
-        if pointwise is not None:  # the compiled Jacobian, point by point
-            x = np.asarray(x, dtype=np.float64)
-            theta = np.asarray(theta, dtype=np.float64)
-            flat = x.reshape(-1, x.shape[-1])
-            times = np.broadcast_to(np.asarray(t, dtype=np.float64), x.shape[:-1]).reshape(-1)
-            try:
-                J = np.array([pointwise(ti, xi, theta) for ti, xi in zip(times, flat)])
-                return J.reshape(x.shape[:-1] + (self.n_states, self.n_params))
-            except (ArithmeticError, ValueError):
-                pass  # math's domain errors at some point: torch's nan there
-        x = _as_tensor(x)
-        theta = _as_tensor(theta)
-        if x.shape[-1] >= _FORWARD_MODE_MIN_STATES and theta.shape[0] < x.shape[-1]:
-            # Many states, fewer parameters: one forward-mode product per parameter on the
-            # whole grid; vmap of reverse mode would hold n_points * n_states^2 numbers
-            # (Lorenz-96 at 200 states: 11 s and 3 GB per call).
-            return self._jac_theta_forward(t, x, theta)
-        batch = x.shape[:-1]
-        flat = x.reshape(-1, x.shape[-1])
-        t_flat = _time_tensor(t, batch).reshape(-1) if np.ndim(t) else _time_tensor(t, ())
+        return _autodiff.jac_theta(self, t, x, theta)
 
-        def one_point(xi, ti):
-            return torch.func.jacrev(lambda th: self.rhs(ti, xi, th))(theta)
-
-        try:
-            if t_flat.dim():
-                J = torch.func.vmap(one_point)(flat, t_flat)
-            else:
-                J = torch.func.vmap(lambda xi: one_point(xi, t_flat))(flat)
-        except (RuntimeError, ValueError, TypeError):
-            # rhs with data-dependent Python control flow defeats vmap: forward mode per param.
-            return self._jac_theta_forward(t, x, theta)
-        return J.reshape(batch + J.shape[-2:]).detach().numpy()
-
-    def _jac_theta_forward(self, t, x, theta):
-        """``df/dtheta`` by one forward-mode product per parameter on the whole grid."""
-        import warnings
-
-        basis = torch.eye(theta.shape[0], dtype=_DTYPE)
-        with warnings.catch_warnings():  # torch's forward mode loads decompositions through
-            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit on first use
-            cols = [torch.func.jvp(lambda th: self._call(t, x, th), (theta,), (e,))[1]
-                    for e in basis]
-        if not cols:
-            return np.zeros(tuple(x.shape) + (0,))
-        return torch.stack(cols, dim=-1).detach().numpy()
 
     def vjp(self, t, x, theta, v):
         """Vector-Jacobian products of ``f`` on a whole grid in one reverse pass.
@@ -894,50 +627,9 @@ class ODEModel:
         vtheta : ndarray of shape (n_params,)
             ``sum over points of (df/dtheta)^T v``.
         """
-        # Plain autograd: half the overhead of torch.func.vjp for these small graphs.
-        x = _as_tensor(x).clone().requires_grad_(True)
-        theta = _as_tensor(theta).clone().requires_grad_(True)
-        with torch.enable_grad():
-            out = self._call(t, x, theta)
-            vx, vtheta = torch.autograd.grad(out, (x, theta), grad_outputs=_as_tensor(v),
-                                             allow_unused=True)
-        vx = torch.zeros_like(x) if vx is None else vx
-        vtheta = torch.zeros_like(theta) if vtheta is None else vtheta
-        return vx.detach().numpy(), vtheta.detach().numpy()
+        return _autodiff.vjp(self, t, x, theta, v)
 
     # ------------------------------------------------------------------ linear structure
-    def _linearity_probe(self, t=None, x=None, random_state=0):
-        """Affine split by ``n_params + 1`` evaluations, and its misfit at random parameters.
-
-        ``f0 = f(theta=0)`` and ``F1[..., k] = f(e_k) - f0`` are exact when ``f`` is affine in
-        ``theta``; the returned defect is the relative misfit of ``f0 + F1 @ theta`` against
-        ``f(theta)`` at two random parameter vectors (zero up to rounding for affine models,
-        O(1) otherwise, infinite when ``f`` is not even finite at ``theta = 0``).
-        """
-        rng = np.random.default_rng(random_state)
-        if x is None:
-            x = rng.standard_normal((7, self.n_states))
-            t = rng.uniform(0.0, 1.0, 7)
-        elif t is None:
-            t = 0.0
-        x = np.asarray(x, dtype=np.float64)
-        p = self.n_params
-        with np.errstate(all="ignore"):
-            f0 = self.f(t, x, np.zeros(p))
-            F1 = np.stack([self.f(t, x, e) - f0 for e in np.eye(p)], axis=-1)
-            scale = np.abs(self.theta_guess()) + 1.0
-            defect = 0.0
-            for _ in range(2):
-                theta = self.theta_guess() + 0.5 * scale * rng.standard_normal(p)
-                exact = self.f(t, x, theta)
-                size = max(float(np.max(np.abs(exact))), float(np.max(np.abs(F1))), 1e-300)
-                misfit = float(np.max(np.abs(f0 + F1 @ theta - exact))) / size
-                defect = misfit if not np.isfinite(misfit) else max(defect, misfit)
-                if not np.isfinite(defect):
-                    break
-        if not np.isfinite(defect):  # e.g. f(theta=0) divides by zero: not affine
-            defect = np.inf
-        return f0, F1, defect
 
     def is_linear_in_theta(self, t=None, x=None, rtol=1e-9):
         """Whether ``f(t, x, theta) = f0(t, x) + F1(t, x) @ theta`` (checked numerically).
@@ -961,7 +653,7 @@ class ODEModel:
         bool
             Whether the affine reconstruction is exact to ``rtol``.
         """
-        return bool(self._linearity_probe(t, x)[2] <= rtol)
+        return _linearity.is_linear_in_theta(self, t, x, rtol)
 
     def affine_split(self, t, x, rtol=1e-9, check=True):
         """The affine structure ``f = f0 + F1 @ theta`` on a grid.
@@ -990,478 +682,6 @@ class ODEModel:
         NotLinearInThetaError
             When ``f`` is not affine in ``theta`` at these points.
         """
-        if not check:
-            x = np.asarray(x, dtype=np.float64)
-            f0 = self.f(t, x, np.zeros(self.n_params))
-            F1 = np.stack([self.f(t, x, e) - f0 for e in np.eye(self.n_params)], axis=-1)
-            return f0, F1
-        f0, F1, defect = self._linearity_probe(t, x)
-        if defect > rtol:
-            raise NotLinearInThetaError(
-                f"{self!r} is not linear in its parameters {self.param_names}: f(theta) "
-                f"differs from f0 + F1 @ theta by {defect:.2e} (relative). Methods that need "
-                "the affine split (WENDy's linear path, BCD-prox's closed-form theta-step) "
-                "must use their nonlinear path for this model."
-            )
-        return f0, F1
+        return _linearity.affine_split(self, t, x, rtol, check)
 
 
-class FunctionModel(ODEModel):
-    """An :class:`ODEModel` built from a plain function, for quick scripts.
-
-    Parameters
-    ----------
-    rhs : callable
-        ``rhs(t, x, theta)`` in torch operations (see :class:`ODEModel`). Define it at module
-        level so that the model pickles (joblib, Dask and ``clone`` copy models).
-    state_names : tuple of str
-        Names of the states.
-    param_names : tuple of str
-        Names of the parameters.
-    default_theta : tuple of float, optional
-        The default initial guess.
-
-    Examples
-    --------
-    >>> from sklode.models import FunctionModel
-    >>> def growth(t, x, theta):
-    ...     return theta[0] * x
-    >>> m = FunctionModel(growth, ("N",), ("r",), default_theta=(0.1,))
-    >>> m.f(0.0, [10.0], [0.1])
-    array([1.])
-    """
-
-    def __init__(self, rhs, state_names, param_names, default_theta=None):
-        self.rhs_function = rhs
-        self.state_names = tuple(state_names)
-        self.param_names = tuple(param_names)
-        self.default_theta = None if default_theta is None else tuple(default_theta)
-
-    @classmethod
-    def _constant_names(cls):
-        return ["rhs_function", "state_names", "param_names", "default_theta"]
-
-    def __repr__(self):
-        name = getattr(self.rhs_function, "__qualname__", repr(self.rhs_function))
-        return (
-            f"FunctionModel(rhs={name}, state_names={self.state_names!r}, "
-            f"param_names={self.param_names!r}, default_theta={self.default_theta!r})"
-        )
-
-    def rhs(self, t, x, theta):
-        """The wrapped function, ``rhs(t, x, theta)`` (see :meth:`ODEModel.rhs`).
-
-        Parameters
-        ----------
-        t : torch.Tensor
-            Time.
-        x : torch.Tensor of shape (..., n_states)
-            States.
-        theta : torch.Tensor of shape (n_params,)
-            Parameters.
-
-        Returns
-        -------
-        torch.Tensor of shape (..., n_states)
-            ``dx/dt``.
-        """
-        return self.rhs_function(t, x, theta)
-
-
-class HeldParameters(ODEModel):
-    """``model`` with some parameters held at given values: its parameters are the others.
-
-    The field is ``model.rhs(t, x, values + S @ theta)`` with ``S`` the one-hot map of the
-    fitted parameters into the whole vector, so it stays affine in theta when the model is,
-    and every derivative comes from torch as for any model. Methods whose steps are linear
-    least squares (BCD-prox, WENDy) hold parameters by fitting this model.
-
-    Parameters
-    ----------
-    model : ODEModel
-        The whole model.
-    fitted : tuple of bool
-        One per parameter of ``model``: True where it is fitted.
-    values : tuple of float
-        One per parameter of ``model``: the value of each held one (others unused).
-    """
-
-    def __init__(self, model, fitted, values):
-        self.model = model
-        self.fitted = tuple(bool(f) for f in fitted)
-        self.values = tuple(float(v) for v in values)
-        kept = [i for i, f in enumerate(self.fitted) if f]
-        self.state_names = model.state_names
-        self.param_names = tuple(model.param_names[i] for i in kept)
-        self.default_theta = tuple(model.theta_guess()[kept])
-        self.check_derivatives = model.check_derivatives  # a wrapper has its model's steps
-        self.blowup_factor = model.blowup_factor
-        scatter = np.zeros((len(self.fitted), len(kept)))
-        scatter[kept, np.arange(len(kept))] = 1.0
-        self._scatter = torch.from_numpy(scatter)
-        self._held = torch.tensor(np.where(self.fitted, 0.0, self.values), dtype=_DTYPE)
-
-    def __getstate__(self):  # rebuilt from its constants: the torch tensors follow
-        return self.get_constants()
-
-    def __setstate__(self, state):
-        self.__init__(**state)
-
-    def full(self, theta):
-        """The whole parameter vector from the fitted ones.
-
-        Parameters
-        ----------
-        theta : array-like of shape (n_fitted,)
-            The fitted parameters.
-
-        Returns
-        -------
-        ndarray of shape (n_params of model,)
-            Held values in place.
-        """
-        return self._held.numpy() + self._scatter.numpy() @ np.asarray(theta, np.float64)
-
-    def state_offsets(self, theta):
-        """The whole model's offsets at the whole parameter vector."""
-        return self.model.state_offsets(self.full(theta))
-
-    def initial_offsets(self, theta):
-        """The whole model's initial offsets at the whole parameter vector."""
-        return self.model.initial_offsets(self.full(theta))
-
-    def initial_offsets_jacobian(self, theta):
-        """Their derivative in the fitted parameters."""
-        return self.model.initial_offsets_jacobian(self.full(theta)) @ self._scatter.numpy()
-
-    def rhs(self, t, x, theta):
-        """The whole model's field at the whole parameter vector.
-
-        Parameters
-        ----------
-        t : torch.Tensor
-            Time.
-        x : torch.Tensor of shape (..., n_states)
-            States.
-        theta : torch.Tensor of shape (n_fitted,)
-            The fitted parameters.
-
-        Returns
-        -------
-        torch.Tensor of shape (..., n_states)
-            ``dx/dt``.
-        """
-        return self.model.rhs(t, x, self._held + self._scatter @ theta)
-
-
-class ScaledStates(ODEModel):
-    """``model`` in scaled (and optionally logarithmic) states ``z``, same parameters.
-
-    ``z = x / scale`` or, with ``log``, ``z = log(x) / scale``; the field is
-    ``model.rhs(t, x, theta) / scale`` or ``model.rhs(t, x, theta) / (scale x)``. Methods
-    whose residual has one weight per state (BCD-prox's fidelity) weight it by fitting this
-    model to the scaled data, and every method fits log-normal data on the log scale with
-    ``log=True``. It stays affine in theta when the model is.
-
-    Parameters
-    ----------
-    model : ODEModel
-        The model in the original states.
-    scale : tuple of float
-        One positive scale per state.
-    log : bool, default=False
-        Whether ``z`` is the logarithm of the (positive) states.
-    """
-
-    def __init__(self, model, scale, log=False):
-        self.model = model
-        self.scale = tuple(float(v) for v in scale)
-        self.log = bool(log)
-        self.state_names = model.state_names
-        self.param_names = model.param_names
-        self.default_theta = model.default_theta
-        self.check_derivatives = model.check_derivatives  # a wrapper has its model's steps
-        self.blowup_factor = model.blowup_factor
-        self._scale = torch.tensor(self.scale, dtype=_DTYPE)
-
-    def __getstate__(self):  # rebuilt from its constants: the torch tensors follow
-        return self.get_constants()
-
-    def __setstate__(self, state):
-        self.__init__(**state)
-
-    def to_z(self, x):
-        """The scaled states of original states ``x`` (any shape ending in ``n_states``)."""
-        x = np.asarray(x, dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return (np.log(x) if self.log else x) / np.asarray(self.scale)
-
-    def to_x(self, z):
-        """The original states of scaled states ``z``."""
-        z = np.asarray(z, dtype=np.float64) * np.asarray(self.scale)
-        return np.exp(z) if self.log else z
-
-    def state_offsets(self, theta):
-        """The model's offsets in scaled states (None on the log scale, whose error test
-        is relative already)."""
-        offsets = self.model.state_offsets(theta)
-        if offsets is None or self.log:
-            return None
-        return np.asarray(offsets) / np.asarray(self.scale)
-
-    def initial_offsets(self, theta):
-        """The model's initial offsets in scaled states."""
-        offsets = self.model.initial_offsets(theta)
-        if offsets is None:
-            return None
-        if self.log:  # log(x0 + c) is not x0-plus-something: refuse rather than be wrong
-            raise ValueError(f"{self.model!r} has initial offsets, which log-scaled states "
-                             "cannot carry.")
-        return np.asarray(offsets) / np.asarray(self.scale)
-
-    def initial_offsets_jacobian(self, theta):
-        """Their derivative, in scaled states."""
-        return self.model.initial_offsets_jacobian(theta) / np.asarray(self.scale)[:, None]
-
-    def rhs(self, t, x, theta):
-        """The field in the scaled states.
-
-        Parameters
-        ----------
-        t : torch.Tensor
-            Time.
-        x : torch.Tensor of shape (..., n_states)
-            Scaled states ``z``.
-        theta : torch.Tensor of shape (n_params,)
-            Parameters.
-
-        Returns
-        -------
-        torch.Tensor of shape (..., n_states)
-            ``dz/dt``.
-        """
-        states = x * self._scale
-        if not self.log:
-            return self.model.rhs(t, states, theta) / self._scale
-        states = torch.exp(states)
-        return self.model.rhs(t, states, theta) / (self._scale * states)
-
-
-def check_model(model):
-    """Validate a model's names and its ``rhs`` once; raise :class:`ModelError` naming the fault.
-
-    Checks that it is an :class:`ODEModel`, that the names are non-empty tuples of distinct
-    strings, that ``default_theta`` has one entry per parameter, and that ``rhs`` returns a
-    float64 tensor of the shape of ``x`` for a single point and a batch of points, with each
-    batch row equal to the single-point result.
-
-    Parameters
-    ----------
-    model : ODEModel
-        The model to check.
-
-    Returns
-    -------
-    model : ODEModel
-        The same object, for chaining.
-    """
-    if not isinstance(model, ODEModel):
-        raise ModelError(
-            f"model must be an sklode.ODEModel instance, got {type(model).__name__}. "
-            "Subclass ODEModel (state_names, param_names, rhs) or use FunctionModel."
-        )
-    # once per model: the checks (an autograd-against-differences comparison among them)
-    # cost ~9 ms, more than a forward solve; the signature changes when anything the checks
-    # read does (a constant, a name, a method assigned on the instance)
-    signature = _check_signature(model)
-    if signature is not None and model.__dict__.get("_checked_signature") == signature:
-        return model
-    name = type(model).__name__
-    for attr in ("state_names", "param_names"):
-        names = getattr(model, attr)
-        if (
-            not isinstance(names, tuple)
-            or len(names) == 0
-            or not all(isinstance(s, str) for s in names)
-        ):
-            raise ModelError(f"{name}.{attr} must be a non-empty tuple of str, got {names!r}.")
-        if len(set(names)) != len(names):
-            raise ModelError(f"{name}.{attr} has repeated names: {names!r}.")
-    if model.default_theta is not None and len(model.default_theta) != model.n_params:
-        raise ModelError(
-            f"{name}.default_theta has {len(model.default_theta)} entries but "
-            f"param_names has {model.n_params}: {model.param_names!r}."
-        )
-    theta = _as_tensor(model.theta_guess())
-    rng = np.random.default_rng(0)
-    batch = _as_tensor(rng.uniform(0.5, 1.5, (3, model.n_states)))
-    with torch.no_grad():
-        try:
-            out = model.rhs(_time_tensor([0.0, 0.5, 1.0], (3,)), batch, theta)
-            single = model.rhs(_time_tensor(0.5, ()), batch[1], theta)
-        except Exception as exc:  # the user's code failed: say whose and where
-            hint = (f" {_TORCH_ONLY}" if "Python scalars" in str(exc) or "numpy" in str(exc)
-                    else "")
-            raise ModelError(
-                f"{name}.rhs raised {type(exc).__name__}: {exc} when called with x of shape "
-                f"(3, {model.n_states}) and theta of shape ({model.n_params},).{hint}"
-            ) from exc
-    for label, value, shape in (("a batch", out, (3, model.n_states)),
-                                ("one point", single, (model.n_states,))):
-        if not isinstance(value, torch.Tensor):
-            raise ModelError(
-                f"{name}.rhs must return a torch.Tensor, got {type(value).__name__} for "
-                f"{label}. Build the result with torch.stack([...], dim=-1)."
-            )
-        if tuple(value.shape) != shape:
-            raise ModelError(
-                f"{name}.rhs returned shape {tuple(value.shape)} for {label} x of shape "
-                f"{shape}; expected {shape}, one derivative per state in "
-                f"state_names={model.state_names!r}. Stack the derivatives on the last axis."
-            )
-        if value.dtype != _DTYPE:
-            raise ModelError(
-                f"{name}.rhs returned dtype {value.dtype}; expected torch.float64. Do not "
-                "create tensors with a fixed dtype inside rhs (use x.new_tensor or plain "
-                "Python numbers)."
-            )
-    # rtol 1e-9, not 1e-12: torch's vectorised pow/exp of a batch and its scalar path for one
-    # point may differ by an ulp of a large intermediate; wrong indexing differs by O(1)
-    if not torch.allclose(out[1], single, rtol=1e-9, atol=1e-12, equal_nan=True):
-        raise ModelError(
-            f"{name}.rhs gives a different result for a point inside a batch than for the "
-            "same point alone: it must index states with x[..., i] and treat leading axes "
-            "as independent time points."
-        )
-    if getattr(model, "check_derivatives", True):
-        _check_differentiable(model, name, batch, theta)
-    _check_observation_model(model, name, batch, theta)
-    if signature is not None:
-        model.__dict__["_checked_signature"] = signature
-    return model
-
-
-def _check_signature(model):
-    """What :func:`check_model` reads, as a comparable tuple (None: cannot be summarised,
-    check every time)."""
-    try:
-        default = (None if model.default_theta is None
-                   else tuple(np.ravel(np.asarray(model.default_theta, dtype=float)).tolist()))
-        own = tuple(None if model.__dict__.get(n) is None else id(model.__dict__[n])
-                    for n in ("rhs", "observe", "noise_sd"))
-        # functions among the constants (FunctionModel's rhs) by identity: their repr is a
-        # name, which another function may share
-        own += tuple(id(v) for v in model.get_constants().values() if callable(v))
-        return (type(model), repr(model), model.state_names, model.param_names, default,
-                model.observable_names, own, getattr(model, "check_derivatives", True))
-    except Exception:  # an exotic model (a constant whose repr fails): check every call
-        return None
-
-
-def _check_observation_model(model, name, batch, theta):
-    """``observe`` and ``noise_sd``: names, shapes and batching, as for ``rhs``."""
-    names = model.observable_names
-    if names is not None:
-        if (not isinstance(names, tuple) or not names
-                or not all(isinstance(s, str) for s in names) or len(set(names)) != len(names)):
-            raise ModelError(f"{name}.observable_names must be a non-empty tuple of distinct "
-                             f"str, got {names!r}.")
-        if type(model).observe is ODEModel.observe:
-            raise ModelError(f"{name} declares observable_names={names!r} but no observe(t, x, "
-                             "theta): define observe to say how the states are read.")
-    elif type(model).observe is not ODEModel.observe:
-        raise ModelError(f"{name} defines observe(t, x, theta) but no observable_names: "
-                         "declare observable_names, one name per column observe returns.")
-    if model.noise_sd is not None and not callable(model.noise_sd):
-        raise ModelError(f"{name}.noise_sd must be a method noise_sd(self, t, y, theta), got "
-                         f"{type(model.noise_sd).__name__}.")
-    n_obs = model.n_observables
-    checks = [("observe", lambda t, x: model.observe(t, x, theta))] if names else []
-    if model.noise_sd is not None:
-        checks.append(("noise_sd", lambda t, x: model.noise_sd(
-            t, model.observe(t, x, theta) if names else x, theta)))
-    for method, call in checks:
-        with torch.no_grad():
-            try:
-                out = call(_time_tensor([0.0, 0.5, 1.0], (3,)), batch)
-                single = call(_time_tensor(0.5, ()), batch[1])
-            except Exception as exc:
-                raise ModelError(f"{name}.{method} raised {type(exc).__name__}: {exc} when "
-                                 f"called on a batch of 3 states.") from exc
-        for label, value, shape in (("a batch", out, (3, n_obs)),
-                                    ("one point", single, (n_obs,))):
-            if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
-                got = (tuple(value.shape) if isinstance(value, torch.Tensor)
-                       else type(value).__name__)
-                raise ModelError(
-                    f"{name}.{method} returned {got} for {label}; expected a float64 tensor of "
-                    f"shape {shape}, one value per observable {model.observables!r} (use "
-                    "x[..., i:i+1] slices and torch.stack or torch.cat on the last axis).")
-        if out.dtype != _DTYPE:
-            raise ModelError(f"{name}.{method} returned dtype {out.dtype}; expected "
-                             "torch.float64.")
-        if not torch.allclose(out[1], single, rtol=1e-12, atol=1e-12, equal_nan=True):
-            raise ModelError(f"{name}.{method} gives a different result for a point inside a "
-                             "batch than alone: treat leading axes as independent points.")
-
-
-# How many states the derivative check of check_model perturbs (each costs two rhs calls).
-_CHECKED_STATES = 20
-_TORCH_ONLY = ("Write rhs with torch operations on its tensors (torch.sin, torch.exp, "
-               "torch.where, ...), not numpy or math functions, which cut the derivatives "
-               "every method takes of it.")
-
-
-def _check_differentiable(model, name, batch, theta):
-    """Every method differentiates ``rhs`` (Jacobians, vector-Jacobian products): a field
-    computed through numpy or ``math`` passes a plain call but fails, or silently loses its
-    derivatives, under autograd. ``float(theta[0])`` even runs, with a derivative of zero
-    in that parameter: autograd is compared with central differences of the same field."""
-    t = _time_tensor([0.0, 0.5, 1.0], (3,))
-    x = batch.clone().requires_grad_(True)
-    th = theta.clone().requires_grad_(True)
-    weights = _as_tensor(np.random.default_rng(1).uniform(0.5, 1.5, tuple(batch.shape)))
-    try:
-        with torch.enable_grad():  # also when a caller runs under torch.no_grad()
-            out = model.rhs(t, x, th)
-            if not out.requires_grad:
-                raise ModelError(f"{name}.rhs returns a tensor that depends on neither x "
-                                 "nor theta for autograd (it was rebuilt from numpy values "
-                                 f"or detached). {_TORCH_ONLY}")
-            grad_x, grad_theta = torch.autograd.grad((weights * out).sum(), (x, th),
-                                                     allow_unused=True)
-    except ModelError:
-        raise
-    except Exception as exc:  # the user's code failed under autograd: say what to change
-        raise ModelError(f"{name}.rhs cannot be differentiated: {type(exc).__name__}: "
-                         f"{str(exc).rstrip('.')}. {_TORCH_ONLY}") from exc
-    grad_x = torch.zeros_like(batch) if grad_x is None else grad_x
-    grad_theta = torch.zeros_like(theta) if grad_theta is None else grad_theta
-
-    def weighted(xv, thv):
-        with torch.no_grad():
-            return float((weights * model.rhs(t, xv, thv)).sum())
-
-    level = abs(weighted(batch, theta))
-    # Directions of size h: each parameter, and each of up to _CHECKED_STATES states moved at
-    # all three points; autograd's derivative along each against the central difference.
-    directions = []
-    for k, label in enumerate(model.param_names):
-        step = torch.zeros_like(theta)
-        step[k] = 1e-6 * max(1.0, abs(float(theta[k])))
-        directions.append(("parameter", label, torch.zeros_like(batch), step))
-    for k in range(min(model.n_states, _CHECKED_STATES)):
-        step = torch.zeros_like(batch)
-        step[:, k] = 1e-6 * max(1.0, float(batch[:, k].abs().max()))
-        directions.append(("state", model.state_names[k], step, torch.zeros_like(theta)))
-    for kind, label, dx, dtheta in directions:
-        h = float(dx.abs().max() + dtheta.abs().max())
-        fd = (weighted(batch + dx, theta + dtheta) - weighted(batch - dx, theta - dtheta)) / (
-            2 * h)
-        ad = float((grad_x * dx).sum() + (grad_theta * dtheta).sum()) / h
-        if abs(ad - fd) > 1e-3 * (abs(ad) + abs(fd)) + 1e-7 * (1.0 + level):
-            raise ModelError(
-                f"{name}.rhs changes with the {kind} {label!r} (central difference "
-                f"{fd:.4g}) but its autograd derivative in it is {ad:.4g}: a float(), "
-                f".item(), numpy or math call, or a detach, cut the derivative. "
-                f"{_TORCH_ONLY}")
