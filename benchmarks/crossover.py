@@ -44,8 +44,8 @@ def _best(fn, repeat=3):
 
 def one(d):
     from sklode import simulate
-    from sklode.outputerror._objective import build_objective
     from sklode.models import Lorenz96
+    from sklode.outputerror._pose import build_objective
 
     model = Lorenz96(n_states=d)
     rng = np.random.default_rng(d)

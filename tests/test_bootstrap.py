@@ -10,8 +10,8 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from sklode import BCDProxODE, WENDyODE
-from sklode.diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from sklode.datasets import get_problem, make_trajectory
+from sklode.diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from sklode.exceptions import ConvergenceWarning, IntegrationError, PoorFitWarning
 from sklode.models import LotkaVolterra
 

@@ -9,7 +9,6 @@ from numpy.testing import assert_allclose
 
 from sklode import AdjointODE, BCDProxODE, WENDyODE, simulate
 from sklode.adjoint import OPTIMIZERS
-from sklode.outputerror._optimize import BOUNDED_OPTIMIZERS
 from sklode.datasets import make_trajectory
 from sklode.exceptions import (
     ConvergenceWarning,
@@ -18,6 +17,7 @@ from sklode.exceptions import (
     SklodeError,
 )
 from sklode.models import LotkaVolterra
+from sklode.outputerror._optimize import BOUNDED_OPTIMIZERS
 
 ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]
 by_estimator = pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)

@@ -139,7 +139,12 @@ def test_fit_command_on_a_csv(tmp_path):
 
 
 def test_compare_data_takes_experiments_and_the_estimator_settings():
-    from observation_models import OralPK, TwoStates, pk_experiments, two_state_experiments
+    from observation_models import (
+        OralPK,
+        TwoStates,
+        pk_experiments,
+        two_state_experiments,
+    )
 
     rs = compare_data(two_state_experiments(), None, TwoStates(), estimate_x0=False,
                       method_settings={"bcdprox": {"lam": 2.0}}, as_frame=False)

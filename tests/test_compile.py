@@ -22,8 +22,8 @@ from sklode.models import (
     ProteinTransduction,
     Rossler,
 )
-from sklode.models._wrappers import HeldParameters, ScaledStates
 from sklode.models._compile import compile_field
+from sklode.models._wrappers import HeldParameters, ScaledStates
 
 ZOO = [LotkaVolterra(), FitzHughNagumo(), Rossler(), Lorenz96(8), Lorenz63(), SEIRD(1e5),
        LogisticGrowth(), FitzHughNagumoLinear(), HindmarshRose(), ProteinTransduction(0.3),

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from sklode import AdjointODE, ODEModel, simulate
-from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 from sklode.exceptions import CompilationWarning, IntegrationError
-from sklode.models import SEIRD, Lorenz63, Lorenz96, LogisticGrowth, LotkaVolterra
+from sklode.models import SEIRD, LogisticGrowth, Lorenz63, Lorenz96, LotkaVolterra
 from sklode.models._native import native_unavailable_reason
+from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 
 needs_native = pytest.mark.skipif(native_unavailable_reason() is not None,
                                   reason=str(native_unavailable_reason()))
@@ -412,12 +412,12 @@ def test_vector_programs_are_unrolled(model, x0):
 def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch):
     # One dosing measured by two assays whose scale V differs (a condition on a parameter
     # only observe reads): the field is the same, so one CVODES solve serves both
-    import sklode.outputerror._objective as objective_module
     from observation_models import PK_TRUTH, OralPK
 
+    import sklode.outputerror._experiments as experiments_module
     from sklode import Experiment
-    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
+    from sklode.outputerror._pose import objective_for_experiments
 
     rng = np.random.default_rng(5)
     t = np.linspace(0.5, 24, 16)
@@ -433,7 +433,7 @@ def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch)
     fits = {}
     for share in (True, False):
         if not share:
-            monkeypatch.setattr(objective_module, "_share_solves", lambda parts: None)
+            monkeypatch.setattr(experiments_module, "_share_solves", lambda parts: None)
         data = check_experiments(experiments, None, model=OralPK(), estimate_x0=False,
                                  estimator_name="test")
         objective, u = objective_for_experiments(OralPK(), data, theta0=PK_TRUTH * 1.1,
@@ -455,7 +455,7 @@ def test_many_columns_switch_to_the_collocation_passes():
     # Lorenz-96 with 40 states and x0 estimated: 40 x 41 above the gradient's work limit, so
     # the gradient is the adjoint on a LSODA trajectory; the objective is the CVODES one
     import sklode.outputerror._sensitivity as sensitivity
-    from sklode.outputerror._objective import build_objective
+    from sklode.outputerror._pose import build_objective
 
     assert sensitivity.NATIVE_MAX_WORK_GRADIENT < 40 * 41
     model = Lorenz96(n_states=40)

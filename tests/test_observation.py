@@ -17,12 +17,12 @@ from observation_models import (
 from scipy import stats
 
 from sklode import AdjointODE, BCDProxODE, Experiment, WENDyODE, simulate
-from sklode.observation._likelihood import neg_log_likelihood_terms
-from sklode.outputerror._objective import objective_for_experiments
-from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 from sklode._validation import check_experiments
 from sklode.exceptions import IntegrationError
 from sklode.metrics import neg_log_likelihood
+from sklode.observation._likelihood import neg_log_likelihood_terms
+from sklode.outputerror._pose import objective_for_experiments
+from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 
 
 def _quiet(est, *data):
@@ -154,7 +154,7 @@ def test_compiled_observation_jacobians_equal_torch(noise_kind, fisher):
     # rows: the same derivatives, in another order of operations
     import torch
 
-    from sklode.outputerror._objective import observation_for
+    from sklode.outputerror._pose import observation_for
 
     class IndexedPK(OralPK):  # observe and noise_sd on indexed states: programs of scalars
         def observe(self, t, x, theta):
@@ -186,8 +186,8 @@ def test_compiled_observation_residual_and_domain_check_equal_torch(noise_kind):
     # same IntegrationError where a log kind meets a non-positive prediction
     import torch
 
-    from sklode.outputerror._objective import observation_for
     from sklode.exceptions import IntegrationError
+    from sklode.outputerror._pose import observation_for
 
     class IndexedPK(OralPK):
         def observe(self, t, x, theta):

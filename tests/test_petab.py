@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
 import pytest
+import torch
 from scipy.integrate import solve_ivp
 
 petab = pytest.importorskip("petab.v1")
@@ -303,8 +303,8 @@ def test_a_fit_returns_to_the_data_and_exports_a_parameter_table(small_problem):
 def _posed(problem, theta0=None, **settings):
     """The objective of ``problem``'s experiments (its estimated parameters fitted) and its
     start ``u0``, as AdjointODE poses it; theta0 default: the nominal values times 1.1."""
-    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
+    from sklode.outputerror._pose import objective_for_experiments
 
     model = problem.model
     data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,

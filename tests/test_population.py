@@ -257,9 +257,9 @@ def test_foce_gradient_from_sensitivities_equals_finite_differences(error, full)
     # through second derivatives of the observables) against central differences of the
     # marginal likelihood itself, at a point away from the optimum: an additive error, the
     # model's combined noise_sd (the interaction terms), and a full Omega
+    import sklode.population._solver as solver
     from sklode.models import check_model
     from sklode.population._solver import Layout, _Marginal
-    import sklode.population._solver as solver
 
     model = check_model(TwoCompartmentIV(error=error))
     data = MixedEffectsODE(model, random=("k10", "V"), x0=[0, 0], t0=0.0)._data(

@@ -52,8 +52,8 @@ def test_a_fit_follows_the_start_through_the_steady_state():
 
 
 def test_the_gradient_through_the_steady_state_matches_finite_differences():
-    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
+    from sklode.outputerror._pose import objective_for_experiments
 
     model = Inflow()
     data = check_experiments([_data()], None, model=model, estimate_x0=False,
@@ -93,8 +93,8 @@ def test_experiments_share_their_pre_equilibration(integrator, monkeypatch):
     # those of the experiments posed one by one, bit for bit, with one steady state per
     # evaluation.
     import sklode.outputerror._steady_state as steady
-    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
+    from sklode.outputerror._pose import objective_for_experiments
 
     model = InflowWithUnread()
     experiments = []
@@ -136,10 +136,11 @@ def test_replicates_of_a_pre_equilibrated_condition_share_one_solve(monkeypatch)
     # a parameter the field does not read, other times. One CVODES solve (and one with
     # sensitivities) per evaluation serves the two replicates; the third experiment, a
     # different stimulus, has its own
+    import sklode.outputerror._experiments as experiments_module
     import sklode.outputerror._objective as objective_module
-    from sklode.outputerror._objective import objective_for_experiments
     from sklode._validation import check_experiments
     from sklode.models._native import native_unavailable_reason
+    from sklode.outputerror._pose import objective_for_experiments
 
     if native_unavailable_reason() is not None:
         pytest.skip(native_unavailable_reason())
@@ -157,12 +158,13 @@ def test_replicates_of_a_pre_equilibrated_condition_share_one_solve(monkeypatch)
                    preequilibration={"x0": [0.0], "conditions": {"u": 1.0}})]
     solves = []
     original = objective_module.forward_trajectory
-    monkeypatch.setattr(objective_module, "forward_trajectory",
-                        lambda *a, **k: solves.append(1) or original(*a, **k))
+    for module in (objective_module, experiments_module):  # one experiment's, shared ones
+        monkeypatch.setattr(module, "forward_trajectory",
+                            lambda *a, **k: solves.append(1) or original(*a, **k))
     results = {}
     for share in (True, False):
         if not share:
-            monkeypatch.setattr(objective_module, "_share_solves", lambda parts: None)
+            monkeypatch.setattr(experiments_module, "_share_solves", lambda parts: None)
         data = check_experiments(experiments, None, model=model, estimate_x0=False,
                                  warn_initial_time=False)
         objective, u0 = objective_for_experiments(

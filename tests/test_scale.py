@@ -145,9 +145,12 @@ def test_bcdprox_recovers_lorenz96_forcing_with_many_states():
 # ------------------------------------------------------------------ WENDy with many states
 from sklode import _initial_state  # noqa: E402
 from sklode.models import _base  # noqa: E402
-from sklode.wendy import _blockwise, _irls  # noqa: E402
+from sklode.wendy import (  # noqa: E402
+    _blockwise,
+    _irls,
+    _testfunctions,  # noqa: E402
+)
 from sklode.wendy import _covariance as wendy_covariance  # noqa: E402
-from sklode.wendy import _testfunctions  # noqa: E402
 
 
 class CubicChain(ODEModel):

@@ -101,8 +101,8 @@ def sir():
 
 
 def test_data_starts_smooth_then_correct_the_sign(sir):
-    from sklode.outputerror._initial_state import data_starts
     from sklode._validation import check_experiments
+    from sklode.outputerror._initial_state import data_starts
 
     t, Y, _ = sir
     data = check_experiments(t, Y, model=_SIR())
@@ -158,8 +158,8 @@ def _van_der_pol_data(seed=0):
 
 
 def test_data_starts_leave_an_oscillation_alone():
-    from sklode.outputerror._initial_state import data_starts
     from sklode._validation import check_experiments
+    from sklode.outputerror._initial_state import data_starts
 
     t, Y, _ = _van_der_pol_data()
     data = check_experiments(t, Y, model=_VanDerPol())

@@ -73,8 +73,8 @@ def test_a_gross_error_in_one_value_is_named_in_the_poor_fit_warning(Estimator):
 
 
 def test_an_isolated_extreme_is_named_only_when_far_beyond_the_others():
-    from sklode.diagnostics._assessment import isolated_extreme
     from sklode._validation import check_experiments
+    from sklode.diagnostics._assessment import isolated_extreme
 
     t = np.arange(8.0)
     model = LotkaVolterra()

@@ -9,8 +9,9 @@
   forward trajectory.
 """
 
-from ..outputerror._objective import NOISE_KINDS, LeastSquaresObjective, build_objective
+from ..outputerror._objective import NOISE_KINDS, LeastSquaresObjective
 from ..outputerror._optimize import OPTIMIZERS, AdjointResult, adjoint_solve
+from ..outputerror._pose import build_objective
 from ..outputerror._sensitivity import (
            adjoint_gradient,
            forward_trajectory,

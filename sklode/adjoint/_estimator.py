@@ -41,13 +41,14 @@ from ..exceptions import (
 )
 from ..observation._likelihood import NOISE_RANGE_WITHOUT_FLOOR
 from ..outputerror._initial_state import data_starts
-from ..outputerror._objective import NOISE_KINDS, objective_for_experiments
+from ..outputerror._objective import NOISE_KINDS
 from ..outputerror._optimize import (
     OPTIMIZERS,
     adjoint_solve,
     cannot_start,
     fides_unavailable_reason,
 )
+from ..outputerror._pose import objective_for_experiments
 from ._profile import profile_interval
 
 __all__ = ["AdjointODE"]

@@ -29,8 +29,8 @@ import numpy as np
 from scipy.stats import chi2
 
 from ..exceptions import SklodeError
-from ..outputerror._objective import objective_for_experiments
 from ..outputerror._optimize import adjoint_solve
+from ..outputerror._pose import objective_for_experiments
 from ..outputerror._predict import predicted_observables
 
 __all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",

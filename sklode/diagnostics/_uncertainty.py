@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import IdentifiabilityWarning, IntegrationError, warn
-from ..outputerror._objective import objective_for_experiments
+from ..outputerror._pose import objective_for_experiments
 
 __all__ = ["COLLINEARITY_TOL", "FitUncertainty", "fit_uncertainty", "reduced_chi_square",
            "uncertainty_at_fit", "unknown_names", "warn_unidentifiable"]

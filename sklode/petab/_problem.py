@@ -17,8 +17,8 @@ from ..exceptions import SklodeError
 from ..experiment import Experiment
 from ..models._native import native_unavailable_reason
 from ..observation._likelihood import data_neg_log_likelihood
-from ..outputerror._objective import _preequilibration_of
 from ..outputerror._optimize import fides_unavailable_reason
+from ..outputerror._pose import _preequilibration_of
 from ..outputerror._predict import experiment_start, states_at_observations
 from ..outputerror._steady_state import preequilibrated_start
 from ._model import GeneratedModel
