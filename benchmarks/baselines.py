@@ -199,7 +199,7 @@ def least_squares_like_adjoint(problem, Y, *, numpy_rhs=True, **kwargs):
     -------
     LeastSquaresResult
     """
-    from sklode._validation import check_theta0
+    from sklode._checks import check_theta0
     from sklode.adjoint import build_objective
     from sklode.registry import METHODS
 

@@ -255,7 +255,7 @@ def theta_cpu(problem, U):
     """CPU seconds of what pyWENDy computes, theta and its covariance (no x0, no forward
     solve): :func:`sklode.wendy._irls.wendy_solve` as the estimator calls it."""
     from sklode._on_grid import is_linear_on_data
-    from sklode._validation import check_theta0
+    from sklode._checks import check_theta0
     from sklode.wendy._irls import wendy_solve
 
     start = time.process_time()

@@ -26,15 +26,13 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import (
-    _is_experiment_list,
+from ._validation import _is_experiment_list, check_experiments, check_series
+from ._checks import (
     as_float_array,
     bounds_with_positivity,
     by_name,
-    check_experiments,
     check_positive,
     check_sample_weight,
-    check_series,
     check_theta0,
     check_times,
 )

@@ -16,12 +16,8 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from ._validation import (
-    bounds_with_positivity,
-    check_fixed,
-    estimated_x0_mask,
-    initial_times,
-)
+from ._validation import estimated_x0_mask, initial_times
+from ._checks import bounds_with_positivity, check_fixed
 from .diagnostics._assessment import Polish, assess_fit, likelihood_attributes
 from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from .diagnostics._uncertainty import standard_errors, uncertainty_attributes

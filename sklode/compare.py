@@ -28,7 +28,8 @@ from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
 from ._store import Store, fit_key, read_store
-from ._validation import check_experiments, check_theta0
+from ._validation import check_experiments
+from ._checks import check_theta0
 from .datasets import Problem, get_problem, list_problems, make_trajectory
 from .integrate import simulate
 from .metrics import prediction_error

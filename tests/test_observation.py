@@ -20,7 +20,7 @@ from sklode import AdjointODE, BCDProxODE, Experiment, WENDyODE, simulate
 from sklode._validation import check_experiments
 from sklode.exceptions import IntegrationError
 from sklode.metrics import neg_log_likelihood
-from sklode.observation._likelihood import neg_log_likelihood_terms
+from sklode.observation._noise import neg_log_likelihood_terms
 from sklode.outputerror._pose import objective_for_experiments
 from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from sklode.adjoint._starts import random_starts
 from sklode import AdjointODE
 from sklode.datasets import make_trajectory
 from sklode.exceptions import BoundWarning, PoorFitWarning
@@ -41,7 +42,7 @@ def test_random_starts_cover_the_box_log_uniformly():
                      bounds=([1e-2, 1e-2, 1e-2, 1e-2], [1e2, 1e2, 1e2, 1e2]),
                      fixed={"d": 1.0})
     fitted = np.array([True, True, True, False])
-    starts = np.array(est._random_starts(np.array([2.0, 1.0, 4.0, 1.0]), fitted)[0])[1:]
+    starts = np.array(random_starts(est, np.array([2.0, 1.0, 4.0, 1.0]), fitted)[0])[1:]
     assert np.all(starts[:, :3] >= 1e-2) and np.all(starts[:, :3] <= 1e2)
     assert np.all(starts[:, 3] == 1.0)  # a held parameter is not drawn
     logs = np.log10(starts[:, :3])  # uniform on [-2, 2]: mean 0, sd 4/sqrt(12) = 1.15
@@ -60,7 +61,7 @@ def test_latin_hypercube_starts_put_one_start_in_each_slice(box):
     est = AdjointODE(model, n_starts=11, random_state=3, start_sampling="latin_hypercube",
                      **settings)
     theta0 = np.array([2.0, 1.0, 4.0, 1.0])
-    starts = np.array(est._random_starts(theta0, np.ones(4, dtype=bool))[0])[1:]
+    starts = np.array(random_starts(est, theta0, np.ones(4, dtype=bool))[0])[1:]
     # back to the uniform numbers behind the draws: log-uniform on [1e-2, 1e2], or
     # theta0 * exp(N(0, 1))
     U = ((np.log10(starts) + 2.0) / 4.0 if box else norm.cdf(np.log(starts / theta0)))
@@ -68,8 +69,8 @@ def test_latin_hypercube_starts_put_one_start_in_each_slice(box):
     for j in range(4):  # every slice holds exactly one start, for every parameter
         assert sorted(slices[:, j]) == list(range(10))
     # the plain random draws do not (with these 10 draws: some slice twice)
-    plain = np.array(AdjointODE(model, n_starts=11, random_state=3, **settings)
-                     ._random_starts(theta0, np.ones(4, dtype=bool))[0])[1:]
+    plain_estimator = AdjointODE(model, n_starts=11, random_state=3, **settings)
+    plain = np.array(random_starts(plain_estimator, theta0, np.ones(4, dtype=bool))[0])[1:]
     U = ((np.log10(plain) + 2.0) / 4.0 if box else norm.cdf(np.log(plain / theta0)))
     assert any(len(set(np.floor(U[:, j] * 10).astype(int))) < 10 for j in range(4))
 
@@ -197,7 +198,7 @@ def test_a_fit_out_of_phase_is_refitted_over_growing_horizons():
 
 
 def test_a_local_minimum_below_the_warning_is_refitted(monkeypatch):
-    import sklode.adjoint._estimator as adjoint_estimator
+    import sklode.adjoint._starts as adjoint_starts
     from sklode.datasets import Problem
     from sklode.models import Rossler
 
@@ -210,7 +211,7 @@ def test_a_local_minimum_below_the_warning_is_refitted(monkeypatch):
         warnings.simplefilter("ignore")
         est = AdjointODE(Rossler(), theta0=1.3 * theta).fit(d.t, d.Y)
         # refitted only above the warning's 2.5, as before HORIZON_RATIO
-        monkeypatch.setattr(adjoint_estimator, "HORIZON_RATIO", 2.5)
+        monkeypatch.setattr(adjoint_starts, "HORIZON_RATIO", 2.5)
         stuck = AdjointODE(Rossler(), theta0=1.3 * theta).fit(d.t, d.Y)
     # the local minimum: misfit ratios 1.32-1.46 (no warning), a and b 13-18 standard
     # errors off, cost 411.4 against the optimum's 231.8 (measured)
@@ -232,7 +233,7 @@ def test_an_adequate_fit_is_not_refitted(lv):
 
 def test_first_part_cuts_every_experiment_from_its_own_start():
     from sklode._validation import check_experiments
-    from sklode.adjoint._estimator import HORIZON_MIN_SAMPLES, _first_part
+    from sklode.adjoint._starts import HORIZON_MIN_SAMPLES, _first_part
 
     t1, t2 = np.linspace(0.0, 8.0, 81), np.linspace(0.0, 2.0, 12)
     Y1, Y2 = np.ones((81, 2)), np.ones((12, 2))
@@ -276,7 +277,7 @@ def test_random_starts_that_cannot_be_integrated_are_drawn_again():
     settings = dict(theta0=(0.05,), positive=True, bounds=([1e-3], [10.0]), n_starts=8,
                     random_state=4, x0=(1.0,), estimate_x0=False)
     est = AdjointODE(_Quadratic(), **settings)
-    first = np.array(est._random_starts(np.array([0.05]), np.array([True]))[0])[1:, 0]
+    first = np.array(random_starts(est, np.array([0.05]), np.array([True]))[0])[1:, 0]
     assert np.sum(first > 0.2) >= 2  # the draws this test needs
     est.fit(t, Y)
     assert np.isfinite(est.start_costs_).all()  # every slot ended integrable
@@ -325,7 +326,7 @@ def test_the_second_start_comes_from_the_data(lorenz63):
 # slow: three Lorenz-63 fits over 2,001 samples (~9 s); runs in .ci/run's slow stage
 @pytest.mark.slow
 def test_horizons_grown_by_sqrt2_reach_the_optimum_doubling_misses(monkeypatch):
-    import sklode.adjoint._estimator as adjoint_estimator
+    import sklode.adjoint._starts as adjoint_starts
     from sklode.integrate import simulate
     from sklode.models import Lorenz63
 
@@ -338,7 +339,7 @@ def test_horizons_grown_by_sqrt2_reach_the_optimum_doubling_misses(monkeypatch):
         # the reference: started at the true theta and x0
         optimum = AdjointODE(Lorenz63(), theta0=theta, x0=X[0]).fit(t, Y)
         est = AdjointODE(Lorenz63(), theta0=1.3 * theta).fit(t, Y)
-        monkeypatch.setattr(adjoint_estimator, "HORIZON_FRACTIONS", (0.125, 0.25, 0.5))
+        monkeypatch.setattr(adjoint_starts, "HORIZON_FRACTIONS", (0.125, 0.25, 0.5))
         doubled = AdjointODE(Lorenz63(), theta0=1.3 * theta).fit(t, Y)
     assert "growing time horizons" in est.solver_
     # measured 7587.8 against 7588.1 from the truth, where doubling stops 38 above it

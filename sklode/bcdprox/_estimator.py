@@ -20,7 +20,7 @@ from .._on_grid import (
     on_state_scale,
     require_state_data,
 )
-from .._validation import check_bounds
+from .._checks import check_bounds
 from ..diagnostics._uncertainty import uncertainty_at_fit
 from ..exceptions import PoorFitWarning, SklodeError, warn
 from ..models import check_model

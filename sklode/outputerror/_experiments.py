@@ -12,9 +12,7 @@ import numpy as np
 from ..exceptions import IntegrationError
 from ..integrate import _resolve_integrator, native_solver_for
 from ..models._compile import parameters_read
-from ..observation._likelihood import (
-    Observation,
-)
+from ..observation._observation import Observation
 from ._objective import _Objective, _state_without_solves
 from ._sensitivity import (
     Trajectory,

@@ -7,21 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import (
-    check_experiments,
-    check_fixed,
-    check_positive,
-    check_theta0,
-    condition_map,
-    log_factors,
-)
+from .._validation import check_experiments
+from .._checks import check_fixed, check_positive, check_theta0, condition_map, log_factors
 from ..models import check_model
-from ..observation._likelihood import (
-    DISTRIBUTIONS,
-    Observation,
-    kinds_by_column,
-    known_sigma,
-)
+from ..observation._likelihood import DISTRIBUTIONS, kinds_by_column, known_sigma
+from ..observation._observation import Observation
 from ._experiments import ExperimentsObjective
 from ._initial_state import start_from_data
 from ._objective import LeastSquaresObjective

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import condition_map
+from .._checks import condition_map
 from ..integrate import simulate
 
 __all__ = ["conditioned_theta", "experiment_start", "predicted_observables",

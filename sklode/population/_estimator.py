@@ -14,7 +14,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .._estimator import set_fitted
-from .._validation import check_experiments, check_theta0
+from .._validation import check_experiments
+from .._checks import check_theta0
 from ..adjoint import AdjointODE
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
 from ..experiment import Experiment

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import condition_map
+from .._checks import condition_map
 from ..exceptions import IntegrationError
 from ..outputerror._sensitivity import forward_trajectory, sensitivities
 from ._differences import central_differences

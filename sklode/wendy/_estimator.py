@@ -23,7 +23,8 @@ from .._on_grid import (
     require_observed,
     require_state_data,
 )
-from .._validation import check_bounds, estimated_x0_mask
+from .._validation import estimated_x0_mask
+from .._checks import check_bounds
 from ..diagnostics._bootstrap import replicate_noise
 from ..diagnostics._uncertainty import uncertainty_at_fit
 from ..exceptions import IntegrationError
