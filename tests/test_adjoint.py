@@ -315,7 +315,7 @@ def test_forward_gradient_option_gives_the_same_fit():
 
 def test_matrix_free_adjoint_pass_equals_the_materialised_one(monkeypatch):
     """Many-state models use VJPs instead of Jacobians in the adjoint pass: same gradient."""
-    from sklode import _sensitivity
+    from sklode.outputerror import _sensitivity
 
     d = 20
     model = Lorenz96(d, per_component_forcing=True)

@@ -453,7 +453,7 @@ def test_failed_cvodes_sensitivities_fall_back_or_reject(small_problem, monkeypa
 
 def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkeypatch):
     pytest.importorskip("fides")
-    import sklode.outputerror._optimize as solver
+    import sklode.petab._problem as problem_module
 
     problem = sk_petab.load(small_problem / "problem.yaml")
     est = problem.estimator()
@@ -461,7 +461,7 @@ def test_the_default_optimizer_is_fides_and_trf_without_it(small_problem, monkey
     # a setting wins, and trf keeps AdjointODE's own max_iter (1000 is fides')
     assert (problem.estimator(optimizer="trf").optimizer,
             problem.estimator(optimizer="trf").max_iter) == ("trf", 200)
-    monkeypatch.setattr(solver, "fides_unavailable_reason", lambda: "not here")
+    monkeypatch.setattr(problem_module, "fides_unavailable_reason", lambda: "not here")
     est = problem.estimator()
     assert (est.optimizer, est.max_iter) == ("trf", 200)
 

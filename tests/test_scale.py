@@ -10,8 +10,8 @@ import torch
 
 import sklode
 from sklode import ODEModel
-from sklode import _sensitivity as sensitivity_module
-from sklode import _uncertainty as uncertainty_module
+from sklode.outputerror import _sensitivity as sensitivity_module
+from sklode.diagnostics import _uncertainty as uncertainty_module
 from sklode.bcdprox import _estimator as bcd_estimator
 from sklode.bcdprox import _fidelity as fidelity
 from sklode.datasets import _lorenz96_x0, make_trajectory
@@ -143,8 +143,8 @@ def test_bcdprox_recovers_lorenz96_forcing_with_many_states():
 
 
 # ------------------------------------------------------------------ WENDy with many states
-from sklode import _initial_state  # noqa: E402
-from sklode.models import _base  # noqa: E402
+from sklode.outputerror import _initial_state  # noqa: E402
+from sklode.models import _autodiff  # noqa: E402
 from sklode.wendy import (  # noqa: E402
     _blockwise,
     _irls,
@@ -225,7 +225,7 @@ def test_sparse_noise_corrected_split_and_curvature_equal_the_dense(monkeypatch)
     f0, F1 = model.affine_split(t, U)
     sparse = wendy_covariance.noise_corrected_split(model, t, U, f0, F1, s2)
     monkeypatch.setattr(wendy_covariance, "SPARSE_MIN_STATES", 10**9)
-    monkeypatch.setattr(_base, "_FORWARD_MODE_MIN_STATES", 10**9)
+    monkeypatch.setattr(_autodiff, "_FORWARD_MODE_MIN_STATES", 10**9)
     dense = wendy_covariance.noise_corrected_split(model, t, U, f0, F1, s2)
     # Second derivatives by Hessian-vector products on the colouring against the replicated
     # batch: the same reverse passes, exact to round-off.
