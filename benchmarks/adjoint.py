@@ -66,7 +66,7 @@ def section_seird(seeds=10):
     out = {}
     for name in EXAMPLES:
         problem = get_problem(name)
-        rows = {k: [] for k in ("lsq", "lsq_torch", "trf", "BFGS")}
+        rows = {k: [] for k in ("lsq", "lsq_torch", "trf", "bfgs")}
         for seed in range(seeds):
             Y = make_trajectory(name, random_state=seed).Y
             ref, cpu = _cpu(lambda: _baseline(problem, Y))
@@ -74,7 +74,7 @@ def section_seird(seeds=10):
             ref_t, cpu = _cpu(lambda: _baseline(problem, Y, numpy_rhs=False))
             rows["lsq_torch"].append({"cpu_s": cpu, "cost": ref_t.cost})
             best = min(ref.cost, ref_t.cost)
-            for opt in ("trf", "BFGS"):
+            for opt in ("trf", "bfgs"):
                 est, cpu = _fit(problem, Y, optimizer=opt)
                 best = min(best, est.loss_history_[-1])
                 rows[opt].append({
@@ -108,7 +108,7 @@ def section_optimizers(seeds=3):
 
     problem = get_problem("seird")
     out = {}
-    for opt in ("trf", "lm", "BFGS", "L-BFGS-B", "CG-FR", "CG-PR", "CG-HS", "CG-DY"):
+    for opt in ("trf", "lm", "bfgs", "l-bfgs-b", "cg-fr", "cg-pr", "cg-hs", "cg-dy"):
         rs = []
         for seed in range(seeds):
             Y = make_trajectory("seird", random_state=seed).Y
@@ -232,7 +232,7 @@ def to_markdown(results):
             for method, s in res.items():
                 label = {"lsq": "scipy least_squares, numpy rhs",
                          "lsq_torch": "scipy least_squares, same torch rhs",
-                         "trf": "AdjointODE trf (default)", "BFGS": "AdjointODE BFGS"}[method]
+                         "trf": "AdjointODE trf (default)", "bfgs": "AdjointODE BFGS"}[method]
                 c = s["cpu_s"]
                 solves = (f"{s['solves']['median']:.0f} [{s['solves']['min']:.0f}-"
                           f"{s['solves']['max']:.0f}]" if "solves" in s else "-")

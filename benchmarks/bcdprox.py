@@ -85,7 +85,7 @@ def section_table(seeds=3):
             # a cap of 4000 iterations (the reference needed 3670-4066 on Rossler).
             if name == "lotka_volterra" or (seed == 0 and name != "lorenz96"):
                 rows["bcdprox_lbfgs_paper"].append(fit_one(
-                    p, data, optimizer="L-BFGS-B", acceleration="none", stop="paper",
+                    p, data, optimizer="l-bfgs-b", acceleration="none", stop="paper",
                     max_iter=4000))
             if name in ("lorenz96", "rossler"):
                 # Lorenz-96: 41 unknowns by finite differences on a chaotic system (42 solves

@@ -5,11 +5,12 @@ value received and the way out. :mod:`sklode._validation` builds the experiments
 from __future__ import annotations
 
 import datetime
+import warnings
 
 import numpy as np
 from sklearn.utils import check_array
 
-__all__ = ["LOG_SCALES", "as_float_array", "bounds_with_positivity", "by_name",
+__all__ = ["OLD_OPTIMIZER_SPELLINGS", "LOG_SCALES", "canonical_optimizer", "as_float_array", "bounds_with_positivity", "by_name",
            "check_bounds", "check_fixed", "check_observed", "check_positive",
            "check_sample_weight", "check_theta0", "check_times", "condition_map",
            "log_factors"]
@@ -510,3 +511,40 @@ def check_sample_weight(sample_weight, n_samples):
     if np.any(weights < 0):
         raise ValueError(f"sample_weight must be non-negative; got {weights.min():g}.")
     return weights
+
+
+#: Optimiser names as they were spelled before one style (lower case, words joined by "-") held
+#: for every estimator; each is accepted with a FutureWarning until 0.3.
+OLD_OPTIMIZER_SPELLINGS = {"BFGS": "bfgs", "L-BFGS-B": "l-bfgs-b", "CG-FR": "cg-fr",
+                           "CG-PR": "cg-pr", "CG-HS": "cg-hs", "CG-DY": "cg-dy"}
+
+
+def canonical_optimizer(optimizer):
+    """``optimizer`` in sklode's one spelling (lower case, words joined by ``-``).
+
+    An old spelling (``"L-BFGS-B"``, ``"BFGS"``, ``"CG-FR"``, ...) is translated with a
+    FutureWarning; every other name is returned as it is.
+
+    Parameters
+    ----------
+    optimizer : str
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     canonical_optimizer("L-BFGS-B")
+    'l-bfgs-b'
+    """
+    if optimizer in OLD_OPTIMIZER_SPELLINGS:
+        new = OLD_OPTIMIZER_SPELLINGS[optimizer]
+        warnings.warn(f"optimizer={optimizer!r} is now spelled {new!r} (every sklode optimiser "
+                      "name is lower case with '-' between words); the old spelling stops "
+                      "working in sklode 0.3.", FutureWarning, stacklevel=3)
+        return new
+    return optimizer

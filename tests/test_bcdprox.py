@@ -240,7 +240,7 @@ def test_outputs_follow_the_contract():
 def test_lbfgs_paper_path_agrees_with_gauss_newton():
     d = make_trajectory("lotka_volterra", noise=0.0)
     fast = BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2)).fit(d.t, d.Y)
-    paper = BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2), optimizer="L-BFGS-B",
+    paper = BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2), optimizer="l-bfgs-b",
                        acceleration="none", stop="paper", max_iter=3000).fit(d.t, d.Y)
     # Both reach the discretisation-limited answer (reference: 2e-3 absolute).
     assert np.max(np.abs(paper.theta_ - [2, 1, 4, 1])) < 5e-3

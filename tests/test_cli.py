@@ -162,9 +162,9 @@ def test_fit_options_reach_the_estimator(flu_files, capsys):
     assert fit["theta"]["delta"] == 0.6  # held exactly
     assert fit["theta"]["beta"] <= 1.5 and fit["theta"]["beta"] == pytest.approx(1.5, abs=1e-6)
     capsys.readouterr()
-    assert main(base + ["--set", "optimizer=BFGS", "--max-iter", "300"]) == 0
+    assert main(base + ["--set", "optimizer=bfgs", "--max-iter", "300"]) == 0
     fit = json.loads((flu_files / "fit.json").read_text())
-    assert "BFGS" in fit["solver"] and fit["converged"]
+    assert "bfgs" in fit["solver"] and fit["converged"]
     assert 1.5 < fit["theta"]["beta"] < 1.75  # the same optimum as trf's
 
 

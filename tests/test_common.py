@@ -129,10 +129,10 @@ def test_max_iter_bounds_the_iterations_of_the_main_loop(Estimator, settings, lv
 
 BOUND_PATHS = [
     (BCDProxODE, {}),
-    (BCDProxODE, {"optimizer": "L-BFGS-B", "acceleration": "none", "max_iter": 300}),
+    (BCDProxODE, {"optimizer": "l-bfgs-b", "acceleration": "none", "max_iter": 300}),
     (WENDyODE, {}),
     (AdjointODE, {"optimizer": "trf"}),
-    (AdjointODE, {"optimizer": "L-BFGS-B"}),
+    (AdjointODE, {"optimizer": "l-bfgs-b"}),
 ]
 
 
@@ -149,7 +149,7 @@ def test_an_active_bound_holds_exactly(Estimator, settings, lv, fitted):
         # WENDy and AdjointODE minimise one cost over theta: its bounded optimum sits on the
         # bound. BCD-prox's states move with theta, so its bounded fixed point may lie inside.
         assert est.theta_[2] == pytest.approx(3.5, abs=1e-6)
-    assert "bound" in est.solver_ or est.optimizer in ("trf", "L-BFGS-B")
+    assert "bound" in est.solver_ or est.optimizer in ("trf", "l-bfgs-b")
 
 
 @by_estimator
@@ -193,7 +193,7 @@ def test_positive_keeps_parameters_non_negative(Estimator, lv):
 # crawl to max_iter along it (8 s each), so one of them runs by default and the other three
 # with -m slow.
 @pytest.mark.parametrize("optimizer", [
-    pytest.param(name, marks=pytest.mark.slow) if name in ("CG-DY", "CG-FR", "CG-HS") else name
+    pytest.param(name, marks=pytest.mark.slow) if name in ("cg-dy", "cg-fr", "cg-hs") else name
     for name in sorted(set(OPTIMIZERS) - set(BOUNDED_OPTIMIZERS))])
 def test_unconstrained_optimizers_honour_bounds_by_a_change_of_variables(optimizer, lv,
                                                                           fitted):

@@ -262,7 +262,7 @@ def test_known_initial_states_per_experiment_are_held():
         assert _error(est.theta_) < 0.08
 
 
-@pytest.mark.parametrize("optimizer", ["trf", "L-BFGS-B"])
+@pytest.mark.parametrize("optimizer", ["trf", "l-bfgs-b"])
 def test_a_bounded_initial_state_stays_in_its_bounds(optimizer):
     # The prey starts at 5 in truth; an upper bound of 4.5 is active and must hold exactly.
     (ta, Ya), (tb, Yb) = _two_experiments(6, noise=0.1)
@@ -276,7 +276,7 @@ def test_a_bounded_initial_state_stays_in_its_bounds(optimizer):
     assert np.all(several.x0_ <= [4.5, 5.8]) and np.all(several.x0_ >= 0.0)
 
 
-@pytest.mark.parametrize("optimizer", ["BFGS"])  # the CG variants: test_common, on theta
+@pytest.mark.parametrize("optimizer", ["bfgs"])  # the CG variants: test_common, on theta
 def test_unconstrained_optimizers_keep_the_initial_state_in_its_bounds(optimizer):
     (ta, Ya), _ = _two_experiments(6, noise=0.1)
     est = AdjointODE(LotkaVolterra(), **GUESS, optimizer=optimizer, x0=[4.0, 3.0],
@@ -466,7 +466,7 @@ def _carrying_capacity_growth(t, x, theta):
 
 @pytest.mark.parametrize("Estimator, settings", [
     (BCDProxODE, {}),
-    (BCDProxODE, {"optimizer": "L-BFGS-B"}),
+    (BCDProxODE, {"optimizer": "l-bfgs-b"}),
     (WENDyODE, {}),
 ], ids=["BCDProxODE-gauss-newton", "BCDProxODE-L-BFGS-B", "WENDyODE"])
 def test_an_active_bound_holds_on_the_nonlinear_theta_paths(Estimator, settings):

@@ -132,7 +132,9 @@ def test_full_covariance_is_positive_definite_and_close():
     corr = pop.omega_[0, 1] / np.sqrt(pop.omega_[0, 0] * pop.omega_[1, 1])
     assert abs(corr) < 0.75
     assert pop.n_parameters_ == 3 + 3 + 1
-    assert len(pop.parameter_labels_) == pop.cov_.shape[0] == 7
+    assert len(pop.parameter_labels_) == pop.parameter_cov_.shape[0] == 7
+    with pytest.warns(FutureWarning, match="cov_ is now parameter_cov_"):
+        assert pop.cov_ is pop.parameter_cov_  # the old name, for one release
 
 
 # slow: ten population fits (~10 s); scoring held-out subjects is tested fast by

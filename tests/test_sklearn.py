@@ -202,7 +202,7 @@ def test_grid_search_over_wendy_and_adjoint_settings(lv):
     w = GridSearchCV(WENDyODE(LotkaVolterra()), {"n_scales": [2, 4]},
                      cv=ShuffleSplit(2, test_size=0.2, random_state=0)).fit(lv.t, lv.Y)
     a = GridSearchCV(AdjointODE(LotkaVolterra(), theta0=(2, 1, 4, 1)),
-                     {"optimizer": ["trf", "BFGS"]}, cv=KFold(2)).fit(lv.t, lv.Y)
+                     {"optimizer": ["trf", "bfgs"]}, cv=KFold(2)).fit(lv.t, lv.Y)
     for grid in (w, a):
         assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
     # Both optimisers reach the same optimum on each fold: equal scores to 1e-6.

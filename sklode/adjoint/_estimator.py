@@ -15,7 +15,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._estimator import COMMON_CONSTRAINTS, ODEEstimator, warn_not_converged
 from .._validation import initial_times
-from .._checks import bounds_with_positivity, check_bounds, check_fixed, check_positive
+from .._checks import (
+    OLD_OPTIMIZER_SPELLINGS,
+    bounds_with_positivity,
+    check_bounds,
+    check_fixed,
+    check_positive,
+)
 from ..diagnostics._assessment import assess_fit, likelihood_attributes
 from ..diagnostics._uncertainty import (
     fit_uncertainty,
@@ -111,7 +117,7 @@ class AdjointODE(ODEEstimator):
         ``{"gamma": 0.25}``; their values are in ``theta_`` and their standard errors are 0.
     bounds : (array-like, array-like), default=None
         Lower and upper bounds on ``theta`` (scalars or one per parameter, ``±inf``
-        allowed), honoured by every optimiser: natively by ``"trf"`` and ``"L-BFGS-B"``
+        allowed), honoured by every optimiser: natively by ``"trf"`` and ``"l-bfgs-b"``
         (an active bound is met exactly), through a smooth change of variables onto the open
         box by the others (the estimate stays strictly inside, within the optimiser's
         tolerance of an active bound).
@@ -151,8 +157,9 @@ default=False
         The penalty ``k``.
     optimizer : str, default="trf"
         One of :data:`~sklode.adjoint.OPTIMIZERS`, spelled as scipy spells them: ``"trf"``,
-        ``"lm"``, ``"BFGS"``, ``"L-BFGS-B"``, ``"CG-FR"``, ``"CG-PR"``, ``"CG-HS"``,
-        ``"CG-DY"``; or ``"fides"`` (the optional package fides: an interior trust region
+        ``"lm"``, ``"bfgs"``, ``"l-bfgs-b"``, ``"cg-fr"``, ``"cg-pr"``, ``"cg-hs"``,
+        ``"cg-dy"`` (the upper-case spellings of before are accepted with a FutureWarning until
+        0.3); or ``"fides"`` (the optional package fides: an interior trust region
         on the Gauss-Newton matrix, switching to BFGS where that stalls, the optimiser
         pyPESTO runs). Gauss-Newton type methods (trf, lm, fides) need the fewest solves with
         few unknowns; gradient methods suit many. From random starts in a wide box (many
@@ -322,7 +329,8 @@ default=False
         "x0_prior_sigma": [Interval(Real, 0, None, closed="neither"), "array-like", None],
         "invariant": [tuple, list, None],
         "invariant_weight": [Interval(Real, 0, None, closed="left")],
-        "optimizer": [StrOptions(set(OPTIMIZERS))],
+        "optimizer": [StrOptions(set(OPTIMIZERS) | set(OLD_OPTIMIZER_SPELLINGS),
+                                 deprecated=set(OLD_OPTIMIZER_SPELLINGS))],
         "gradient": [StrOptions({"adjoint", "forward"})],
         "init": [StrOptions({"bcdprox", "wendy"}), HasMethods(["fit"]), None],
         "n_starts": [Interval(Integral, 1, None, closed="left")],
@@ -474,7 +482,7 @@ default=False
         if problem.transformed is not None:
             x0 = problem.transformed.to_x(x0)
         if not res.converged:
-            other = "optimizer='BFGS'" if self.optimizer == "trf" else "optimizer='trf'"
+            other = "optimizer='bfgs'" if self.optimizer == "trf" else "optimizer='trf'"
             warn_not_converged(self, res.n_iter, res.stop_reason,
                                f"Increase max_iter (now {self.max_iter}), loosen tol (now "
                                f"{self.tol}) or try {other}.")

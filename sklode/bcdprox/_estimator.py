@@ -186,11 +186,12 @@ class BCDProxODE(ODEEstimator):
         (LV on [0, 4], noise 0.2, mean relative error of theta over 5 seeds: 11 samples
         0.42 -> 0.10 with 4 sub-steps, 21 samples 0.13 -> 0.07 with 2; 41 and 81 samples
         unchanged at 0.03-0.04). 1: the data grid, the paper's.
-    optimizer : {"gauss-newton", "L-BFGS-B"}, default="gauss-newton"
+    optimizer : {"gauss-newton", "l-bfgs-b"}, default="gauss-newton"
         ``"gauss-newton"``: exact linear least squares for the theta-step of models linear in
         theta (Gauss-Newton otherwise) and one safeguarded Gauss-Newton step on the banded
         X-step per iteration (banded Cholesky, or sparse CG for many states).
-        ``"L-BFGS-B"``: the paper's L-BFGS on both blocks (slow; kept for comparison).
+        ``"l-bfgs-b"``: the paper's L-BFGS on both blocks (slow; kept for comparison; the
+        spelling ``"L-BFGS-B"`` of before is accepted with a FutureWarning until 0.3).
     acceleration : {"anderson", "none"}, default="anderson"
         Anderson acceleration of the outer map ``X*(n-1) -> X*(n)``; ``"none"`` is the
         paper's plain iteration (many more iterations, the paper's path).
@@ -336,7 +337,8 @@ class BCDProxODE(ODEEstimator):
         **COMMON_CONSTRAINTS,
         "lam": [Interval(Real, 0, None, closed="left")],
         "order": [Interval(Integral, 1, 8, closed="both")],
-        "optimizer": [StrOptions({"gauss-newton", "L-BFGS-B"})],
+        "optimizer": [StrOptions({"gauss-newton", "l-bfgs-b", "L-BFGS-B"},
+                                 deprecated={"L-BFGS-B"})],
         "acceleration": [StrOptions({"anderson", "none"})],
         "anderson_memory": [Interval(Integral, 1, None, closed="left")],
         "stop": [StrOptions({"relative", "paper"})],

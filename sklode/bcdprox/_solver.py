@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
+from .._checks import canonical_optimizer
 from .._on_grid import is_linear_on_data
 from ..exceptions import DivergenceError
 from . import _fidelity as fid
@@ -161,7 +162,7 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
         Proximal weight.
     order : int, default=3
         Adams-Bashforth order.
-    optimizer : {"gauss-newton", "L-BFGS-B"}, default="gauss-newton"
+    optimizer : {"gauss-newton", "l-bfgs-b"}, default="gauss-newton"
         Block solvers (see :class:`BCDProxODE`).
     acceleration : {"anderson", "none"}, default="anderson"
         Acceleration of the outer map.
@@ -228,7 +229,7 @@ def bcd_prox_solve(model, t, X_start, theta0, *, held=None, data_held=None, x0_b
             f"The vector field of {model!r} is not finite at the data (theta0={theta}): it "
             "overflows or is undefined at the observed states. Check the units of the data "
             "and the model's domain, or start from another theta0.", n_iter=0)
-    use_lbfgs = optimizer == "L-BFGS-B"
+    use_lbfgs = canonical_optimizer(optimizer) == "l-bfgs-b"
     # λ = 0: the X-step must minimise E itself (a manifold of minimisers), not take one step.
     inner = 50 if lam == 0 else 1
 

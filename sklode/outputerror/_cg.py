@@ -43,7 +43,7 @@ def _dai_yuan(g, g_old, d_old):
     return (g @ g) / (d_old @ y)
 
 
-#: The update rules, by the suffix of the names AdjointODE accepts (``optimizer="CG-FR"`` etc.).
+#: The update rules, by the suffix of the names AdjointODE accepts (``optimizer="cg-fr"`` etc.).
 CG_UPDATES = {
     "fr": _fletcher_reeves,
     "pr": _polak_ribiere,

@@ -16,27 +16,28 @@ from scipy.optimize import least_squares, minimize
 
 from ..exceptions import IntegrationError
 from ._cg import nonlinear_cg
+from .._checks import canonical_optimizer
 
 __all__ = ["OPTIMIZERS", "AdjointResult", "adjoint_solve"]
 
 logger = logging.getLogger("sklode")
 
-#: Optimisers accepted by ``AdjointODE(optimizer=...)``, spelled as scipy spells them, and
-#: what drives each.
+#: Optimisers accepted by ``AdjointODE(optimizer=...)`` (sklode's one spelling: lower case,
+#: words joined by "-"), and what drives each.
 OPTIMIZERS = {
     "trf": "scipy least_squares, trust-region reflective, sensitivity Jacobian (bounds ok)",
     "fides": "Fides interior trust region, Gauss-Newton then BFGS, sensitivity Jacobian "
              "(bounds ok; optional package fides)",
     "lm": "scipy least_squares, MINPACK Levenberg-Marquardt, sensitivity Jacobian",
-    "BFGS": "scipy BFGS (Wolfe line search), adjoint gradient",
-    "L-BFGS-B": "scipy L-BFGS-B, adjoint gradient (bounds ok)",
-    "CG-FR": "nonlinear CG, Fletcher-Reeves, strong-Wolfe line search, adjoint gradient",
-    "CG-PR": "nonlinear CG, Polak-Ribiere (PR+)",
-    "CG-HS": "nonlinear CG, Hestenes-Stiefel",
-    "CG-DY": "nonlinear CG, Dai-Yuan",
+    "bfgs": "scipy BFGS (Wolfe line search), adjoint gradient",
+    "l-bfgs-b": "scipy L-BFGS-B, adjoint gradient (bounds ok)",
+    "cg-fr": "nonlinear CG, Fletcher-Reeves, strong-Wolfe line search, adjoint gradient",
+    "cg-pr": "nonlinear CG, Polak-Ribiere (PR+)",
+    "cg-hs": "nonlinear CG, Hestenes-Stiefel",
+    "cg-dy": "nonlinear CG, Dai-Yuan",
 }
 #: The optimisers that honour bounds.
-BOUNDED_OPTIMIZERS = ("trf", "fides", "L-BFGS-B")
+BOUNDED_OPTIMIZERS = ("trf", "fides", "l-bfgs-b")
 # A gradient method whose line search fails once the gradient has dropped by this factor has
 # hit the accuracy of a cost computed by an ODE solver (the seed's "eps < 1e-5" floor for CG).
 _LINE_SEARCH_FLOOR = 1e-5
@@ -103,7 +104,7 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     gradient : {"adjoint", "forward"}, default="adjoint"
         How gradient methods get the gradient.
     bounds : (ndarray, ndarray), optional
-        Bounds on ``u``: native in ``"trf"`` and ``"L-BFGS-B"``, through :class:`BoxMap` in
+        Bounds on ``u``: native in ``"trf"`` and ``"l-bfgs-b"``, through :class:`BoxMap` in
         the others.
     tol : float, default=1e-8
         ``least_squares`` ftol/xtol/gtol; gradient methods stop when ``||g|| <= tol ||g0||``.
@@ -128,6 +129,7 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
     IntegrationError
         The ODE cannot be solved at the starting point.
     """
+    optimizer = canonical_optimizer(optimizer)
     try:
         start_evaluations = objective.evaluations_at(u0)
     except IntegrationError as exc:
@@ -338,12 +340,12 @@ def _gradient_method(objective, u0, optimizer, gradient, bounds, tol, max_iter, 
         f, g = objective.safe_value_and_grad(u, method)  # cached: no extra solve
         log(f, g)
 
-    if optimizer.startswith("CG-"):
+    if optimizer.startswith("cg-"):
         res = nonlinear_cg(fg, u0, update=optimizer[3:].lower(), gtol=gtol, max_iter=max_iter,
                            callback=callback)
     else:
         options = {"maxiter": max_iter}
-        if optimizer == "BFGS":
+        if optimizer == "bfgs":
             options.update(gtol=gtol, norm=2)
         else:
             options.update(gtol=gtol / np.sqrt(u0.size), ftol=1e-15)

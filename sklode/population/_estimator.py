@@ -128,9 +128,11 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         ``-log L`` with every constant (nlme's ``logLik`` is ``-neg_log_likelihood_``),
         AIC and BIC (observations as n).
     n_parameters_, n_observations_ : int
-    cov_ : ndarray
-        Covariance of the unknowns on the optimiser's scales (log theta, log sd or Cholesky
-        entries, log sigma), labelled by ``parameter_labels_``.
+    parameter_cov_ : ndarray
+        Covariance of all the unknowns on the optimiser's scales (log theta, log sd or
+        Cholesky entries, log sigma), labelled by ``parameter_labels_``; ``theta_cov_`` is
+        its block for ``theta_``, on the natural scale, as on every estimator. (Called
+        ``cov_`` before; that name warns and goes in 0.3.)
     n_iter_, converged_, stop_reason_, solver_, loss_history_
 
     Examples
@@ -386,7 +388,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             individual_theta_=np.array([subject_theta(theta, layout.random, e) for e in etas]),
             random_names_=tuple(names), subject_names_=[e.name for e in data.experiments],
             observed_=data.observed, neg_log_likelihood_=float(nll), aic_=aic, bic_=bic,
-            n_parameters_=k, n_observations_=n_values, cov_=cov, parameter_labels_=labels,
+            n_parameters_=k, n_observations_=n_values, parameter_cov_=cov, parameter_labels_=labels,
             n_iter_=result.n_iter, converged_=result.converged,
             stop_reason_=result.stop_reason, solver_=" then ".join(solvers),
             loss_history_=np.asarray(result.history), _layout=layout)
@@ -511,6 +513,14 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             total, n = total + nll, n + s.n_values
         return -total / n
 
+    @property
+    def cov_(self):
+        """Deprecated name of :attr:`parameter_cov_` (sklode 0.3 removes it)."""
+        warn("MixedEffectsODE.cov_ is now parameter_cov_ (the covariance of every unknown on "
+             "the optimiser's scales; theta_cov_ is theta_'s, as on every estimator); cov_ "
+             "goes in sklode 0.3.", FutureWarning)
+        return self.parameter_cov_
+
     def confidence_intervals(self, level=0.95):
         """Wald intervals of the population values (on the log scale for log parameters,
         so they stay positive).
@@ -529,7 +539,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         layout = self._layout_
         z = norm.ppf(0.5 + level / 2)
         out = np.column_stack([self.theta_, self.theta_])
-        se_b = np.sqrt(np.diag(self.cov_)[: layout.n_b])
+        se_b = np.sqrt(np.diag(self.parameter_cov_)[: layout.n_b])
         b = layout.pack(self.theta_, self.omega_, None if self.sigma_ is None
                         else np.log(self.sigma_))[: layout.n_b]
         lo, hi = b - z * se_b, b + z * se_b
