@@ -752,7 +752,7 @@ def main(argv=None):
                        help="hold a parameter at a value (repeatable)")
     p_fit.add_argument("--set", action="append", metavar="SETTING=VALUE",
                        help="any other setting of the method, e.g. lam=2 or "
-                            "optimizer=BFGS (repeatable)")
+                            "optimizer=bfgs (repeatable)")
     p_fit.add_argument("--max-iter", type=int, default=None,
                        help="iterations of the method's main loop (default: its own)")
     p_fit.add_argument("--output", default=None,
