@@ -436,3 +436,18 @@ def test_hindmarsh_rose_ends_by_a_stopping_rule_not_max_iter():
             est = WENDyODE(data.problem.model, x0_method="smoothing").fit(data.t, data.Y)
         assert est.converged_ and est.n_iter_ < est.max_iter
         assert est.stop_reason_.startswith(("stalled", "fixed point", "Shapiro-Wilk"))
+
+
+def test_covariance_regularization_is_the_papers_alpha_and_the_old_name_warns():
+    # WENDy's alpha (the identity's weight in the residual covariance) is not scikit-learn's
+    # penalty alpha: it is called covariance_regularization now; alpha= still works for one
+    # release, with a FutureWarning, and gives the same estimate to the bit
+    data = make_trajectory("wendy_logistic", noise=0.05, random_state=0)
+    model = get_problem("wendy_logistic").model
+    new = WENDyODE(model, covariance_regularization=1e-6).fit(data.t, data.Y)
+    with pytest.warns(FutureWarning, match="covariance_regularization"):
+        old = WENDyODE(model, alpha=1e-6).fit(data.t, data.Y)
+    np.testing.assert_array_equal(old.theta_, new.theta_)
+    default = WENDyODE(model).fit(data.t, data.Y)
+    assert default.get_params()["alpha"] == "deprecated"
+    assert not np.array_equal(default.theta_, new.theta_)  # the setting is read

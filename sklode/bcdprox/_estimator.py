@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from numbers import Integral, Real
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import _fit_context
@@ -96,6 +96,22 @@ def fastest_rates(model, t, X, theta, steps):
         J[rows, cols] = values[k]
         rates[k] = np.max(np.abs(np.linalg.eigvals(J)))
     return rates, coupled
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """One run of BCD-prox on validated experiments (:meth:`BCDProxODE._solve`): the
+    solver's result and what the fit's tail and the bootstrap's refits read of it."""
+
+    res: object  # BCDProxResult
+    split: object  # DoseSplit: the experiments cut at their doses
+    scaled: object  # ExperimentData in the fitted (scaled) states, at the sampling times
+    grid: object  # the same on the grid X* lives on (with substeps)
+    fit_model: object  # the model fitted: fixed parameters held, states scaled
+    transformed: object  # ScaledStates, or None
+    theta: np.ndarray  # the full parameter vector
+    states: list  # X* per piece, in the model's states, at the sampling times
+    x0s: np.ndarray  # the initial state of each piece
 
 
 class BCDProxODE(ODEEstimator):
@@ -495,9 +511,9 @@ class BCDProxODE(ODEEstimator):
             states = split.shoot_back(model, theta, states, self._simulation_options())
         except SklodeError:
             pass  # the backward solve fails: keep the filtered node
-        return SimpleNamespace(res=res, split=split, scaled=scaled, grid=grid,
-                               fit_model=fit_model, transformed=transformed, theta=theta,
-                               states=states, x0s=np.array([X[0] for X in states]))
+        return _Solved(res=res, split=split, scaled=scaled, grid=grid, fit_model=fit_model,
+                       transformed=transformed, theta=theta, states=states,
+                       x0s=np.array([X[0] for X in states]))
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, t, Y=None):

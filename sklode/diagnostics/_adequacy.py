@@ -24,6 +24,7 @@ experiment to estimate the noise):
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import chi2
@@ -33,7 +34,7 @@ from ..outputerror._optimize import adjoint_solve
 from ..outputerror._pose import objective_for_experiments
 from ..outputerror._predict import predicted_observables
 
-__all__ = ["POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
+__all__ = ["POLISH_LEVEL", "PolishGap", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
            "residual_runs", "residual_time_means", "residuals"]
 
 logger = logging.getLogger("sklode")
@@ -63,6 +64,31 @@ TIME_MEANS_LEVEL = 0.999
 TIME_MEANS_MIN = 3
 
 
+@dataclass(frozen=True)
+class PolishGap:
+    """What an AdjointODE polish from a fit found (:func:`polish_gap`).
+
+    Attributes
+    ----------
+    statistic : float
+        The drop of the output-error cost from the fit (its initial states refitted, theta
+        held) to the polished optimum, in residual variances: chi-square with as many degrees
+        of freedom as fitted parameters when the fit is itself an optimum.
+    threshold : float
+        That chi-square's ``POLISH_LEVEL`` quantile.
+    cost, polished_cost : float
+        The cost ``1/2 ||r||^2`` at the fit and after the polish.
+    theta : ndarray of shape (n_params,)
+        The polished parameters.
+    """
+
+    statistic: float
+    threshold: float
+    cost: float
+    polished_cost: float
+    theta: np.ndarray
+
+
 def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, options):
     """The output-error cost at a fit and after an AdjointODE polish from it.
 
@@ -80,9 +106,9 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
 
     Returns
     -------
-    dict or None
-        ``{"statistic", "threshold", "cost", "polished_cost", "theta"}``; None when the
-        polish does not apply (too large, or the cost cannot be evaluated at the fit).
+    PolishGap or None
+        None when the polish does not apply (too large, or the cost cannot be evaluated at
+        the fit).
     """
     from scipy.optimize import least_squares
 
@@ -122,9 +148,10 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
     variance = cost1 / dof
     if k == 0 or not (np.isfinite(cost0) and np.isfinite(cost_held) and variance > 0):
         return None
-    return {"statistic": max(cost_held - cost1, 0.0) / variance,
-            "threshold": float(chi2.ppf(POLISH_LEVEL, k)), "cost": cost0 / 2,
-            "polished_cost": cost1 / 2, "theta": objective.split(objective.to_z(result.u))[1]}
+    return PolishGap(statistic=max(cost_held - cost1, 0.0) / variance,
+                     threshold=float(chi2.ppf(POLISH_LEVEL, k)), cost=cost0 / 2,
+                     polished_cost=cost1 / 2,
+                     theta=objective.split(objective.to_z(result.u))[1])
 
 
 def residuals(model, theta, data, x0s, options):

@@ -363,14 +363,14 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
                          noise_kind=polish.noise_kind, positive=polish.positive,
                          options=options)
         if gap is not None:
-            attributes["output_error_excess_"] = gap["statistic"]
-            if gap["statistic"] > gap["threshold"]:
-                excess = 100 * (gap["cost"] / gap["polished_cost"] - 1)
+            attributes["output_error_excess_"] = gap.statistic
+            if gap.statistic > gap.threshold:
+                excess = 100 * (gap.cost / gap.polished_cost - 1)
                 warn(f"{name}'s estimate is a second-best for the output error: an "
                      f"AdjointODE polish from this fit lowers the cost by {excess:.0f} % "
-                     f"({gap['statistic']:.1f} residual variances, where the noise "
-                     f"explains up to {gap['threshold']:.1f}), to theta "
-                     f"{np.round(gap['theta'], 4).tolist()}. Fit AdjointODE(init="
+                     f"({gap.statistic:.1f} residual variances, where the noise "
+                     f"explains up to {gap.threshold:.1f}), to theta "
+                     f"{np.round(gap.theta, 4).tolist()}. Fit AdjointODE(init="
                      f"{polish.init!r}) for the output-error "
                      "optimum.", PoorFitWarning)
                 adequate = False

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from numbers import Integral, Real
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Hidden, Interval, StrOptions
 
 from .._estimator import COMMON_CONSTRAINTS, ODEEstimator, warn_not_converged
 from .._noise_level import MIN_SAMPLES
@@ -27,7 +27,7 @@ from .._validation import estimated_x0_mask
 from .._checks import check_bounds
 from ..diagnostics._bootstrap import replicate_noise
 from ..diagnostics._uncertainty import uncertainty_at_fit
-from ..exceptions import IntegrationError
+from ..exceptions import IntegrationError, warn
 from ..models import check_model
 from ..observation._likelihood import sigma_per_state
 from ..outputerror._initial_state import (
@@ -51,6 +51,21 @@ __all__ = ["WENDyODE"]
 #: Brusselator (d: 0.88; unwarned 0.92-0.99); at 2.0, FitzHugh-Nagumo's unwarned stay at
 #: 0.86. Checked on seeds 100-199 (results/coverage_heldout.md).
 OUTPUT_ERROR_OFFSET = 1.5
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """One run of WENDy on validated experiments (:meth:`WENDyODE._solve`): the solver's
+    result and what the fit's tail and the bootstrap's refits read of it."""
+
+    res: object  # WENDyResult
+    split: object  # DoseSplit: the experiments cut at their doses
+    data: object  # ExperimentData fitted: split, in the fitted (scaled) states
+    transformed: object  # ScaledStates, or None
+    fit_model: object  # the model fitted: fixed parameters held, states scaled
+    theta: np.ndarray  # the full parameter vector
+    z0s: np.ndarray  # the initial states in the fitted states
+    x0s: np.ndarray  # the same in the model's states
 
 
 class WENDyODE(ODEEstimator):
@@ -141,8 +156,10 @@ class WENDyODE(ODEEstimator):
         At most this many orthonormal test-function combinations (the strongest); the IRLS
         covariance is ``(K n_states)^2``, so the cost grows with its square. Raise it for
         spiking dynamics at low noise.
-    alpha : float, default=1e-10
-        Regularisation of the residual covariance (the paper's value).
+    covariance_regularization : float, default=1e-10
+        The weight ``alpha`` of the identity in the residual covariance
+        ``(1 - alpha) L L^T + alpha I`` (the paper's value; not scikit-learn's penalty
+        ``alpha``).
     bias_correction : bool, default=True
         Correct the weak-form regression for the noise in its own regressors, to second
         order (models affine in theta; the nonlinear path ignores it): the features lose the
@@ -193,6 +210,8 @@ class WENDyODE(ODEEstimator):
         Absolute tolerance of ``predict``/``simulate``.
     verbose : int, default=0
         Log each IRLS iteration through the ``sklode`` logger.
+    alpha : float, optional
+        Deprecated name of ``covariance_regularization`` (warns; removed in sklode 0.3).
 
     Attributes
     ----------
@@ -295,7 +314,8 @@ class WENDyODE(ODEEstimator):
         "min_radius": [Interval(Real, 0, None, closed="neither"), None],
         "n_scales": [Interval(Integral, 1, 8, closed="both")],
         "max_test_functions": [Interval(Integral, 1, None, closed="left")],
-        "alpha": [Interval(Real, 0, 1, closed="both")],
+        "covariance_regularization": [Interval(Real, 0, 1, closed="both")],
+        "alpha": [Interval(Real, 0, 1, closed="both"), Hidden(StrOptions({"deprecated"}))],
         "bias_correction": ["boolean"],
         "method": [StrOptions({"likelihood", "irls"})],
         **BOOTSTRAP_CONSTRAINTS,
@@ -306,9 +326,9 @@ class WENDyODE(ODEEstimator):
                  sigma=None, noise_kind="absolute",
                  x0_method="shooting",
                  min_radius=None, n_scales=4, max_test_functions=MAX_TEST_FUNCTIONS,
-                 alpha=1e-10, bias_correction=True, method="irls", tol=1e-6, max_iter=100,
-                 n_boot=0, random_state=None, n_jobs=None, integrator="auto", rtol=1e-8,
-                 atol=1e-10, verbose=0):
+                 covariance_regularization=1e-10, bias_correction=True, method="irls",
+                 tol=1e-6, max_iter=100, n_boot=0, random_state=None, n_jobs=None,
+                 integrator="auto", rtol=1e-8, atol=1e-10, verbose=0, alpha="deprecated"):
         self.model = model
         self.theta0 = theta0
         self.x0 = x0
@@ -325,6 +345,7 @@ class WENDyODE(ODEEstimator):
         self.min_radius = min_radius
         self.n_scales = n_scales
         self.max_test_functions = max_test_functions
+        self.covariance_regularization = covariance_regularization
         self.alpha = alpha
         self.bias_correction = bias_correction
         self.method = method
@@ -340,6 +361,15 @@ class WENDyODE(ODEEstimator):
 
     def _min_samples(self):
         return MIN_SAMPLES
+
+    def _covariance_regularization(self):
+        """``covariance_regularization``, or the deprecated ``alpha`` where it was given."""
+        if isinstance(self.alpha, str):  # "deprecated": not given
+            return self.covariance_regularization
+        warn("WENDyODE(alpha=...) is now covariance_regularization=... (scikit-learn's "
+             "alpha is a penalty; this is the identity's weight in the residual covariance); "
+             "alpha goes in sklode 0.3.", FutureWarning)
+        return self.alpha
 
     def _solve(self, given, *, start=None, verbose=0):
         """WENDy on validated data: the solver's result, theta and the initial states in the
@@ -369,7 +399,8 @@ class WENDyODE(ODEEstimator):
 
         res = wendy_solve(fit_model, ts, Us, theta0,
                           linear=is_linear_on_data(fit_model, ts[0], Us[0]),
-                          alpha=self.alpha, tol=self.tol, max_iter=self.max_iter,
+                          alpha=self._covariance_regularization(), tol=self.tol,
+                          max_iter=self.max_iter,
                           min_radius=self.min_radius, n_scales=self.n_scales,
                           max_test_functions=self.max_test_functions, bounds=bounds,
                           bias_correction=self.bias_correction,
@@ -382,9 +413,9 @@ class WENDyODE(ODEEstimator):
                                             x0_bounds)
                         for e, tk, Uk, sk, radii in zip(data.experiments, ts, Us, res.sigmas,
                                                          res.radii)])
-        return SimpleNamespace(res=res, split=split, data=data, transformed=transformed,
-                               fit_model=fit_model, theta=theta, z0s=z0s,
-                               x0s=z0s if transformed is None else transformed.to_x(z0s))
+        return _Solved(res=res, split=split, data=data, transformed=transformed,
+                       fit_model=fit_model, theta=theta, z0s=z0s,
+                       x0s=z0s if transformed is None else transformed.to_x(z0s))
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, t, Y=None):
