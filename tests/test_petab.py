@@ -186,13 +186,17 @@ def test_the_generated_model_simulates_the_hand_written_one(small_problem):
     assert problem.scales == ("log10", "log10", "lin", "log", "lin", "log10")
     assert problem.noise_kind == {"obs_A": "absolute", "obs_C": "log10normal",
                                   "obs_P": "laplace"}
-    simulated = problem.simulate(rtol=1e-12, atol=1e-14)
+    simulated = problem.predict(rtol=1e-12, atol=1e-14)
     for experiment, Y in zip(problem.experiments, simulated):
         clean = _hand_written(experiment.name)
         for j, name in enumerate(problem.model.observables):
             # 1e-8: both integrations at rtol 1e-12; the drive's switch at t = 1.5 is a
             # kink the hand-written solve splits at and LSODA steps across
             np.testing.assert_allclose(Y[:, j], clean[name], rtol=1e-8, atol=1e-12)
+    with pytest.warns(FutureWarning, match="PEtabProblem.predict"):  # the old name
+        old = problem.simulate(rtol=1e-12, atol=1e-14)
+    for Y_old, Y in zip(old, simulated):
+        np.testing.assert_array_equal(Y_old, Y)
 
 
 def test_the_negative_log_likelihood_is_petabs(small_problem):
@@ -558,7 +562,7 @@ def test_the_collection_loads_and_its_nominal_likelihood_is_amicis(name):
         assert value == pytest.approx(AMICI["neg_log_likelihood"][name], rel=1e-6)
     else:  # AMICI refuses Fiedler's per-time-point overrides; petab's own llh instead
         p = petab.Problem.from_yaml(str(yaml))
-        simulated = problem.simulate(rtol=1e-10, atol=1e-12)
+        simulated = problem.predict(rtol=1e-10, atol=1e-12)
         simulation = p.measurement_df.copy()
         simulation["simulation"] = np.nan
         for e, Y in zip(problem.experiments, simulated):

@@ -109,16 +109,20 @@ def test_intervals_and_predictions(simulated):
                                pop.random_effects_[:3], atol=1e-5)
 
 
-def test_simulate_has_the_fitted_spread(simulated):
+def test_replicate_data_has_the_fitted_spread(simulated):
     pop, data = simulated
-    reps = pop.simulate(data.experiments[:1], n_replicates=400, random_state=0)[0]
+    reps = pop.replicate_data(data.experiments[:1], n_replicates=400, random_state=0)[0]
     assert reps.shape == (400, 8, 1)
     # at 24 h the spread of log concentration is ~sd(ke) * 24 * ke ~ 0.6: far wider than the
     # residual noise relative to the level, and seeded
-    again = pop.simulate(data.experiments[:1], n_replicates=400, random_state=0)[0]
+    again = pop.replicate_data(data.experiments[:1], n_replicates=400, random_state=0)[0]
     np.testing.assert_array_equal(reps, again)
     late = reps[:, -1, 0]
     assert np.std(late) > 3 * pop.sigma_[0]
+    # the old name (simulate means states everywhere else) warns and draws the same data
+    with pytest.warns(FutureWarning, match="replicate_data"):
+        old = pop.simulate(data.experiments[:1], n_replicates=400, random_state=0)[0]
+    np.testing.assert_array_equal(old, reps)
 
 
 def test_full_covariance_is_positive_definite_and_close():

@@ -154,8 +154,18 @@ class PEtabProblem:
         states, thetas = states_at_observations(self.model, theta, data, starts, options)
         return data, states, thetas
 
-    def simulate(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
-        """Each experiment's observables at its times, at ``values`` (linear scale).
+    def predict(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
+        """Each experiment's observables at its times, at ``values`` (linear scale): what an
+        estimator's ``predict`` gives for these experiments.
+
+        Parameters
+        ----------
+        values : array-like of shape (n_estimated,) or dict, optional
+            The estimated parameters on the linear scale (default: nominal).
+        rtol, atol : float
+            Tolerances of the forward solve.
+        integrator : str, default="LSODA"
+            The forward solver.
 
         Returns
         -------
@@ -165,6 +175,26 @@ class PEtabProblem:
             values, {"integrator": integrator, "rtol": rtol, "atol": atol})
         return [self.model.observe_values(e.t, X, th)
                 for e, X, th in zip(data.experiments, states, thetas)]
+
+    def simulate(self, values=None, **options):
+        """Deprecated name of :meth:`predict` (in sklode, ``simulate`` gives states; this
+        gives observables). Warns; removed in sklode 0.3.
+
+        Parameters
+        ----------
+        values : array-like of shape (n_estimated,) or dict, optional
+            As :meth:`predict`.
+        **options
+            As :meth:`predict`.
+
+        Returns
+        -------
+        list of ndarray of shape (n_times, n_observables)
+        """
+        warnings.warn("PEtabProblem.simulate is now PEtabProblem.predict (it gives the "
+                      "observables; sklode's simulate gives states); simulate goes in "
+                      "sklode 0.3.", FutureWarning, stacklevel=2)
+        return self.predict(values, **options)
 
     def neg_log_likelihood(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
         """PEtab's negative log-likelihood of the measurements at ``values``.

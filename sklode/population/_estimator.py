@@ -548,6 +548,25 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         return out
 
     def simulate(self, X, n_replicates=100, random_state=None):
+        """Deprecated name of :meth:`replicate_data` (in sklode, ``simulate`` gives states;
+        this draws noisy data). Warns; removed in sklode 0.3.
+
+        Parameters
+        ----------
+        X : Experiment or list of Experiment
+        n_replicates : int, default=100
+        random_state : int, RandomState or None
+
+        Returns
+        -------
+        list of ndarray of shape (n_replicates, n_times, n_observed)
+        """
+        warn("MixedEffectsODE.simulate is now replicate_data (it draws noisy replicate data "
+             "sets; sklode's simulate gives states); simulate goes in sklode 0.3.",
+             FutureWarning)
+        return self.replicate_data(X, n_replicates, random_state)
+
+    def replicate_data(self, X, n_replicates=100, random_state=None):
         """Replicate data sets from the fitted population: new random effects and residual
         noise for every subject's design (its times, doses, conditions).
 
