@@ -428,7 +428,7 @@ def plot_vpc(est, subjects, *, observable=0, n_replicates=200, level=0.9, bins=N
     times = np.concatenate([np.asarray(s.t, dtype=np.float64).reshape(-1) for s in subjects])
     observed = np.concatenate([np.asarray(s.Y, dtype=np.float64).reshape(len(s.t), -1)
                                [:, observable] for s in subjects])
-    simulated = np.concatenate([r[:, :, observable] for r in est.simulate(
+    simulated = np.concatenate([r[:, :, observable] for r in est.replicate_data(
         subjects, n_replicates=n_replicates, random_state=random_state)], axis=1)
     if bins is None:
         distinct = np.unique(times)

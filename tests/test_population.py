@@ -174,6 +174,11 @@ def test_clone_and_params():
     ({"random": ("k10",), "fixed": {"k10": 1.0}}, "both random and fixed"),
     ({"random": ("k10",), "method": "laplace", "optimizer": "lindstrom-bates"},
      "optimizer='lindstrom-bates' needs"),
+    ({"random": ("k10",), "estimate_x0": True}, "cannot estimate_x0.*AdjointODE"),
+    ({"random": ("k10",), "optimizer": "lindstrom-bates", "bounds": (0, 10)},
+     "cannot honour bounds"),
+    ({"random": ("k10",), "theta0": [1.2, 0.9, 0.8, 0.3], "bounds": (0, [1, 10, 10, 10])},
+     "outside its bounds"),
 ])
 def test_bad_settings_raise(settings, message):
     subjects = load_indomethacin().experiments[:2]
@@ -292,3 +297,48 @@ def test_foce_gradient_from_sensitivities_equals_finite_differences(error, full)
         solver._GRADIENT_STEP = original
     # measured agreement 6e-4 absolute on gradients of size 0.05-30
     np.testing.assert_allclose(analytic, numeric, atol=3e-3, rtol=1e-3)
+
+
+def test_it_is_an_odeestimator_with_the_common_vocabulary(indomethacin_fit):
+    # the shared base: the common parameters, x0_/t0_ of every subject, and simulate(t) giving
+    # the states at the population values from them (the same numbers as sklode.simulate)
+    from sklode import simulate
+    from sklode._estimator import ODEEstimator
+
+    pop, subjects = indomethacin_fit
+    assert isinstance(pop, ODEEstimator)
+    params = pop.get_params()
+    for name in ("bounds", "positive", "estimate_x0", "random_state", "n_jobs", "fixed"):
+        assert name in params
+    assert pop.x0_.shape == (6, 2) and np.all(pop.t0_ == 0.0)
+    X = pop.simulate([e.t for e in subjects])
+    first = subjects[0]
+    expected = simulate(pop.model, pop.theta_, pop.x0_[0], first.t, t0=0.0,
+                        doses=[(time, pop.model.state_names.index(state), amount)
+                               for time, state, amount in first.doses])
+    np.testing.assert_array_equal(X[0], expected)
+
+
+def test_bounds_hold_the_population_values():
+    # k21's unbounded estimate is 0.80 (nlme's 0.8016); bounded above by 0.7 the direct
+    # optimiser (chosen by 'auto' with bounds) ends on the bound, to L-BFGS-B's projection
+    # (exact), and costs more -log L than the unbounded fit (-55.44)
+    subjects = load_indomethacin().experiments
+    pop = MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10", "V"), x0=[0, 0],
+                          t0=0.0, bounds=(0.0, [np.inf, np.inf, 0.7, np.inf]),
+                          max_iter=60).fit(subjects)
+    assert "direct" in pop.solver_
+    assert pop.theta_[2] == pytest.approx(0.7, rel=1e-12)
+    assert pop.neg_log_likelihood_ > -55.43
+
+
+@pytest.mark.slow
+def test_subjects_in_threads_give_the_same_fit():
+    # n_jobs runs the subjects' mode searches in threads; their terms are summed in order,
+    # so the fit is the same to the bit
+    subjects = load_indomethacin().experiments
+    fits = [MixedEffectsODE(TwoCompartmentIV(error=None), random=("k10", "V"), x0=[0, 0],
+                            t0=0.0, optimizer="direct", n_jobs=n_jobs).fit(subjects)
+            for n_jobs in (None, 2)]
+    np.testing.assert_array_equal(fits[0].theta_, fits[1].theta_)
+    assert fits[0].neg_log_likelihood_ == fits[1].neg_log_likelihood_

@@ -8,18 +8,17 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy.stats import norm
-from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._estimator import set_fitted
+from .._checks import check_bounds, check_positive, check_theta0
+from .._estimator import COMMON_CONSTRAINTS, ODEEstimator
 from .._validation import check_experiments
-from .._checks import check_theta0
 from ..adjoint import AdjointODE
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
 from ..experiment import Experiment
-from ..integrate import INTEGRATORS, _resolve_integrator
+from ..integrate import _resolve_integrator
 from ..models import check_model
 from ..observation._likelihood import information_criteria
 from ..outputerror._predict import predicted_observables
@@ -42,7 +41,7 @@ __all__ = ["MixedEffectsODE"]
 _OMEGA0_SD = 0.3
 
 
-class MixedEffectsODE(RegressorMixin, BaseEstimator):
+class MixedEffectsODE(ODEEstimator):
     """Population (nonlinear mixed-effects) fit of an ODE model to many subjects.
 
     Each subject ``i`` has its own parameters: the ``random`` ones are
@@ -85,8 +84,19 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Time of ``x0`` (default: each subject's first time).
     observed : sequence of str or int, optional
         The observables the data's columns hold (default: all).
+    estimate_x0 : bool, default=False
+        Every subject's initial state must be known (``x0``, or each Experiment's own; doses
+        put the drug in): ``True`` raises a ValueError naming AdjointODE, which estimates
+        initial states (one subject at a time).
     fixed : dict, optional
         ``{parameter: value}`` held at that value (not estimated, not random).
+    bounds : (lower, upper), optional
+        Bounds on the population values ``theta_`` (scalars or one per parameter, +-inf
+        allowed), honoured by the direct optimiser (``optimizer="auto"`` then chooses it;
+        ``"lindstrom-bates"`` refuses bounds) and by the pooled start.
+    positive : bool, array-like of bool or None, default=None
+        Which population values are estimated on the log scale (kept positive). None: every
+        estimated parameter whose start is positive (the random ones must be).
     omega0 : float, default=0.3
         Starting standard deviation of every random effect (log scale).
     tol : float, default=1e-6
@@ -105,6 +115,11 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         Absolute tolerance of the forward solves.
     verbose : int, default=0
         Print ``-log L`` at each alternation.
+    random_state : int, RandomState instance or None, default=None
+        Seed of :meth:`replicate_data` when it is given none (the fit itself draws nothing).
+    n_jobs : int, default=None
+        Subjects whose mode searches run at once in each evaluation of the marginal
+        likelihood (joblib threads: the compiled CVODES solves release the GIL). None: one.
 
     Attributes
     ----------
@@ -155,29 +170,22 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "model": "no_validation",
+        **COMMON_CONSTRAINTS,
         "random": [str, tuple, list],
         "method": [StrOptions({"foce", "laplace"})],
         "optimizer": [StrOptions({"auto", "lindstrom-bates", "direct"})],
         "covariance": [StrOptions({"diagonal", "full"})],
-        "theta0": ["array-like", None],
-        "x0": ["array-like", None],
-        "t0": [Real, "array-like", None],
-        "observed": ["array-like", None],
-        "fixed": [dict, None],
+        "positive": ["boolean", "array-like", None],
         "omega0": [Interval(Real, 0, None, closed="neither")],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "integrator": [StrOptions(set(INTEGRATORS) | {k.lower() for k in INTEGRATORS})],
-        "rtol": [Interval(Real, 0, None, closed="neither")],
-        "atol": [Interval(Real, 0, None, closed="neither")],
-        "verbose": ["verbose"],
+        "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, model, random, *, method="foce", optimizer="auto",
-                 covariance="diagonal", theta0=None, x0=None, t0=None, observed=None,
-                 fixed=None, omega0=_OMEGA0_SD, tol=1e-6, max_iter=100, integrator="auto",
-                 rtol=1e-8, atol=1e-10, verbose=0):
+                 covariance="diagonal", theta0=None, x0=None, t0=None, estimate_x0=False,
+                 observed=None, fixed=None, bounds=None, positive=None, omega0=_OMEGA0_SD,
+                 tol=1e-6, max_iter=100, integrator="auto", rtol=1e-8, atol=1e-10,
+                 verbose=0, random_state=None, n_jobs=None):
         self.model = model
         self.random = random
         self.method = method
@@ -186,8 +194,11 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         self.theta0 = theta0
         self.x0 = x0
         self.t0 = t0
+        self.estimate_x0 = estimate_x0
         self.observed = observed
         self.fixed = fixed
+        self.bounds = bounds
+        self.positive = positive
         self.omega0 = omega0
         self.tol = tol
         self.max_iter = max_iter
@@ -195,6 +206,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         self.rtol = rtol
         self.atol = atol
         self.verbose = verbose
+        self.random_state = random_state
+        self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ set-up
     def _options(self):
@@ -239,14 +252,36 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
                                  f"{list(model.param_names)}.")
             k = model.param_names.index(name)
             held[k], theta[k] = True, float(self.fixed[name])
+        limits = check_bounds(self.bounds, model.n_params, model.param_names)
+        if limits is not None:
+            lo, hi = limits
+            outside = ~held & ((theta < lo) | (theta > hi))
+            if self.theta0 is None:  # the model's guess: moved inside, the user chose bounds
+                theta = np.where(held, theta, np.clip(theta, lo, hi))
+            elif outside.any():
+                k = int(np.flatnonzero(outside)[0])
+                raise ValueError(f"theta0 starts {model.param_names[k]}={theta[k]:g} outside "
+                                 f"its bounds [{lo[k]:g}, {hi[k]:g}]: start inside them, or "
+                                 "leave theta0=None (the model's guess is moved inside).")
         if np.any(theta[random] <= 0):
             bad = [names[i] for i in np.flatnonzero(theta[random] <= 0)]
             raise ValueError(f"The random parameters {bad} must start positive "
                              f"(theta_i = theta * exp(eta)); got theta0 {theta[random]}.")
+        if self.positive is None:  # every parameter that starts positive
+            log_scale = theta > 0
+        else:
+            log_scale = check_positive(self.positive, model.n_params)
+            bad = log_scale & ~held & (theta <= 0)
+            if bad.any():
+                raise ValueError(
+                    f"positive= puts {[model.param_names[k] for k in np.flatnonzero(bad)]} on "
+                    "the log scale, but they start at or below 0: give theta0 > 0 for them.")
         estimated = np.flatnonzero(~held)
-        layout = Layout(theta=theta, estimated=estimated, log_mask=theta[estimated] > 0,
+        layout = Layout(theta=theta, estimated=estimated, log_mask=log_scale[estimated],
                         random=random, full=self.covariance == "full",
-                        n_sigma=0 if model.has_noise_model else len(data.observed))
+                        n_sigma=0 if model.has_noise_model else len(data.observed),
+                        theta_bounds=None if limits is None else (limits[0][estimated],
+                                                                  limits[1][estimated]))
         return names, layout
 
     def _subjects(self, model, data, layout):
@@ -268,7 +303,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
                              layout.estimated[layout.log_mask]),
             # one set of parameters for subjects that differ misses them by design: a refit
             # over growing horizons would not make the start better
-            max_iter=200, grow_horizon=False, **self._options())
+            bounds=self.bounds, max_iter=200, grow_horizon=False, **self._options())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -303,6 +338,11 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             The fitted estimator.
         """
         self._validate_params()
+        if np.any(self.estimate_x0):
+            raise ValueError(
+                "MixedEffectsODE needs every subject's initial state known (x0=, or each "
+                "Experiment's own x0; doses put the drug in): it cannot estimate_x0. Fit "
+                "initial states per subject with AdjointODE(estimate_x0=True).")
         model, data = self._data(X, y)
         if data.n_experiments < 2:
             raise ValueError("MixedEffectsODE needs at least two subjects (a list of "
@@ -312,8 +352,14 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         subjects = self._subjects(model, data, layout)
         additive = layout.n_sigma > 0
         optimizer = self.optimizer
+        bounded = layout.theta_bounds is not None
         if optimizer == "auto":
-            optimizer = "lindstrom-bates" if additive and self.method == "foce" else "direct"
+            optimizer = ("lindstrom-bates" if additive and self.method == "foce"
+                         and not bounded else "direct")
+        if optimizer == "lindstrom-bates" and bounded:
+            raise ValueError("optimizer='lindstrom-bates' cannot honour bounds (its linear "
+                             "mixed-model step is unconstrained); use optimizer='direct' "
+                             "(or 'auto', which then chooses it).")
         if optimizer == "lindstrom-bates" and not (additive and self.method == "foce"):
             raise ValueError(
                 "optimizer='lindstrom-bates' needs method='foce' and an additive error (a "
@@ -336,10 +382,11 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             phi0, etas = result.phi, result.etas
         if optimizer == "direct":
             result = direct_fit(subjects, layout, phi0, etas, method=self.method, tol=self.tol,
-                                max_iter=self.max_iter)
+                                max_iter=self.max_iter, n_jobs=self.n_jobs)
             solvers.append(result.solver)
         phi = result.phi
-        nll, etas = marginal_nll(subjects, layout, phi, result.etas, self.method)
+        nll, etas = marginal_nll(subjects, layout, phi, result.etas, self.method,
+                                 self.n_jobs)
         if not np.isfinite(nll):
             raise SklodeError("The population fit ended where a subject's ODE cannot be "
                               "integrated; try another theta0.")
@@ -352,7 +399,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             # the linearised model is linear algebra: no solve noise, a small step
             hessian = second_differences(lambda v: lme_nll_full(layout, v, lin), phi, 1e-4)
         else:
-            hessian = marginal_hessian(subjects, layout, phi, etas, self.method)
+            hessian = marginal_hessian(subjects, layout, phi, etas, self.method,
+                                       self.n_jobs)
         cov = _inverse(hessian)
         labels = self._labels(model, names, layout, data)
         bad = [labels[k] for k in np.flatnonzero(~np.isfinite(np.diag(cov)))]
@@ -387,15 +435,17 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             random_effects_=etas,
             individual_theta_=np.array([subject_theta(theta, layout.random, e) for e in etas]),
             random_names_=tuple(names), subject_names_=[e.name for e in data.experiments],
-            observed_=data.observed, neg_log_likelihood_=float(nll), aic_=aic, bic_=bic,
-            n_parameters_=k, n_observations_=n_values, parameter_cov_=cov, parameter_labels_=labels,
+            neg_log_likelihood_=float(nll), aic_=aic, bic_=bic, n_parameters_=k,
+            n_observations_=n_values, parameter_cov_=cov, parameter_labels_=labels,
+            # every subject's known initial state, as x0_ and t0_ are on every estimator
+            # (simulate(t) integrates the population values from them)
+            x0_=np.array([e.x0 for e in data.experiments]),
+            x0_stderr_=np.zeros((data.n_experiments, model.n_states)),
+            t0_=np.array([e.t0 for e in data.experiments]),
             n_iter_=result.n_iter, converged_=result.converged,
             stop_reason_=result.stop_reason, solver_=" then ".join(solvers),
-            loss_history_=np.asarray(result.history), _layout=layout)
-
-    def _set_fitted(self, **attributes):
-        """Replace every fitted attribute at once (a failed fit leaves the previous one)."""
-        return set_fitted(self, **attributes)
+            loss_history_=np.asarray(result.history), _layout=layout,
+            **self._data_attributes(data))
 
     @staticmethod
     def _labels(model, names, layout, data):
@@ -547,24 +597,39 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         out[layout.estimated, 1] = np.where(layout.log_mask, np.exp(hi), hi)
         return out
 
-    def simulate(self, X, n_replicates=100, random_state=None):
-        """Deprecated name of :meth:`replicate_data` (in sklode, ``simulate`` gives states;
-        this draws noisy data). Warns; removed in sklode 0.3.
+    def simulate(self, t, x0=None, t0=None, **replicate):
+        """Every state at times ``t`` at the population values ``theta_`` (``eta = 0``), from
+        each fitted subject's known initial state (as on every estimator).
+
+        Given Experiments (and ``n_replicates``/``random_state``), this is the old
+        ``simulate``, now :meth:`replicate_data`: it warns and draws replicates (until 0.3).
 
         Parameters
         ----------
-        X : Experiment or list of Experiment
-        n_replicates : int, default=100
-        random_state : int, RandomState or None
+        t : list of array-like
+            One time vector per fitted subject (or a new subject's times with ``x0``).
+        x0 : array-like of shape (n_states,), optional
+            A new subject's initial state.
+        t0 : float, optional
+            Its time.
+        **replicate
+            ``n_replicates``, ``random_state`` of the deprecated call.
 
         Returns
         -------
-        list of ndarray of shape (n_replicates, n_times, n_observed)
+        list of ndarray of shape (n_times, n_states)
         """
-        warn("MixedEffectsODE.simulate is now replicate_data (it draws noisy replicate data "
-             "sets; sklode's simulate gives states); simulate goes in sklode 0.3.",
-             FutureWarning)
-        return self.replicate_data(X, n_replicates, random_state)
+        items = t if isinstance(t, (list, tuple)) else [t]
+        if replicate or (items and all(isinstance(e, Experiment) for e in items)):
+            warn("MixedEffectsODE.simulate(experiments, n_replicates=...) is now "
+                 "replicate_data (noisy replicate data sets); simulate gives the states, as "
+                 "on every estimator. The old call goes in sklode 0.3.", FutureWarning)
+            if x0 is not None:
+                replicate.setdefault("n_replicates", x0)
+            if t0 is not None:
+                replicate.setdefault("random_state", t0)
+            return self.replicate_data(t, **replicate)
+        return super().simulate(t, x0=x0, t0=t0)
 
     def replicate_data(self, X, n_replicates=100, random_state=None):
         """Replicate data sets from the fitted population: new random effects and residual
@@ -577,7 +642,8 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
         n_replicates : int, default=100
             Replicate data sets per subject.
         random_state : int, RandomState or None
-            Seed of the random effects and the noise.
+            Seed of the random effects and the noise (None: the estimator's
+            ``random_state``).
 
         Returns
         -------
@@ -585,7 +651,7 @@ class MixedEffectsODE(RegressorMixin, BaseEstimator):
             One per subject.
         """
         single, model, data, subjects = self._fitted_subjects(X)
-        rng = check_random_state(random_state)
+        rng = check_random_state(self.random_state if random_state is None else random_state)
         L = np.linalg.cholesky(self.omega_)
         out = []
         for subject, e in zip(subjects, data.experiments):

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from joblib import Parallel, delayed
 from scipy.optimize import minimize
 
 from ..exceptions import IntegrationError
@@ -64,6 +65,8 @@ class Layout:
         Full covariance (else diagonal).
     n_sigma : int
         Additive noise levels estimated (0 with the model's ``noise_sd``).
+    theta_bounds : (ndarray, ndarray) or None
+        Lower and upper bounds of the estimated parameters (natural scale; +-inf allowed).
     """
 
     theta: np.ndarray
@@ -72,6 +75,7 @@ class Layout:
     random: np.ndarray
     full: bool
     n_sigma: int
+    theta_bounds: tuple = None
 
     @property
     def n_b(self):
@@ -140,13 +144,22 @@ class Layout:
         return out
 
     def bounds(self):
-        """Box of L-BFGS-B: only the log standard deviations are bounded."""
+        """Box of L-BFGS-B: the log standard deviations, and the estimated parameters where
+        ``theta_bounds`` says (on their scale: a log-scale parameter's bounds in logs)."""
         inf = (None, None)
         if self.full:
             w = [_LOG_SD_BOUNDS] * self.q + [inf] * (self.n_omega - self.q)
         else:
             w = [_LOG_SD_BOUNDS] * self.q
-        return [inf] * self.n_b + w + [inf] * self.n_sigma
+        b = [inf] * self.n_b
+        if self.theta_bounds is not None:
+            b = []
+            for lo, hi, log in zip(*self.theta_bounds, self.log_mask):
+                with np.errstate(divide="ignore"):
+                    lo, hi = (np.log(max(lo, 0.0)), np.log(hi)) if log else (lo, hi)
+                b.append((float(lo) if np.isfinite(lo) else None,
+                          float(hi) if np.isfinite(hi) else None))
+        return b + w + [inf] * self.n_sigma
 
 
 @dataclass
@@ -163,9 +176,10 @@ class PopulationResult:
     history: list = field(default_factory=list)
 
 
-def marginal_nll(subjects, layout, phi, etas, method="foce"):
+def marginal_nll(subjects, layout, phi, etas, method="foce", n_jobs=None):
     """The population's marginal ``-log L`` at ``phi`` (each subject's mode searched from
-    ``etas``) and the modes.
+    ``etas``; ``n_jobs`` subjects at once, in threads) and the modes. The subjects' terms are
+    summed in their order whatever ``n_jobs``, so the value does not depend on it.
 
     Returns
     -------
@@ -176,11 +190,18 @@ def marginal_nll(subjects, layout, phi, etas, method="foce"):
     theta, omega, log_sigma = layout.unpack(phi)
     total, modes = 0.0, np.array(etas, dtype=np.float64)
     try:
-        for k, subject in enumerate(subjects):
-            nll, modes[k] = subject.neg_log_likelihood(theta, omega, log_sigma, etas[k], method)
-            total += nll
+        if n_jobs in (None, 1):
+            terms = [subject.neg_log_likelihood(theta, omega, log_sigma, etas[k], method)
+                     for k, subject in enumerate(subjects)]
+        else:  # threads: the compiled solves release the GIL, the subjects share nothing
+            terms = Parallel(n_jobs=n_jobs, prefer="threads")(
+                delayed(subject.neg_log_likelihood)(theta, omega, log_sigma, etas[k], method)
+                for k, subject in enumerate(subjects))
     except (IntegrationError, np.linalg.LinAlgError):
         return np.inf, np.array(etas, dtype=np.float64)
+    for k, (nll, mode) in enumerate(terms):
+        modes[k] = mode
+        total += nll
     return total, modes
 
 
@@ -383,14 +404,15 @@ class _Marginal:
     """The marginal ``-log L`` as a function of ``phi`` for scipy, its modes kept to start the
     next evaluation's mode searches (warm starts)."""
 
-    def __init__(self, subjects, layout, method, etas):
-        self.subjects, self.layout, self.method = subjects, layout, method
+    def __init__(self, subjects, layout, method, etas, n_jobs=None):
+        self.subjects, self.layout, self.method, self.n_jobs = subjects, layout, method, n_jobs
         self.etas = np.array(etas, dtype=np.float64)
         self.n_evaluations = 0
 
     def value(self, phi, keep=True):
         self.n_evaluations += 1
-        nll, etas = marginal_nll(self.subjects, self.layout, phi, self.etas, self.method)
+        nll, etas = marginal_nll(self.subjects, self.layout, phi, self.etas, self.method,
+                                  self.n_jobs)
         if keep and np.isfinite(nll):
             self.etas = etas
         return nll
@@ -404,7 +426,8 @@ class _Marginal:
     def foce_gradient(self, phi):
         """The FOCE-I gradient from sensitivities (:meth:`Subject.foce_gradient`), at the
         modes of ``phi`` (searched from the kept ones)."""
-        nll, etas = marginal_nll(self.subjects, self.layout, phi, self.etas, self.method)
+        nll, etas = marginal_nll(self.subjects, self.layout, phi, self.etas, self.method,
+                                  self.n_jobs)
         if not np.isfinite(nll):
             return np.zeros(phi.size)
         theta, omega, log_sigma = self.layout.unpack(phi)
@@ -428,14 +451,15 @@ class _Marginal:
         return second_differences(lambda v: self.value(v, keep=False), phi, _HESSIAN_STEP)
 
 
-def direct_fit(subjects, layout, phi0, etas0, *, method="foce", tol=1e-6, max_iter=200):
+def direct_fit(subjects, layout, phi0, etas0, *, method="foce", tol=1e-6, max_iter=200,
+               n_jobs=None):
     """Minimise the marginal ``-log L`` (FOCE-I or Laplace) over ``phi``.
 
     Returns
     -------
     PopulationResult
     """
-    marginal = _Marginal(subjects, layout, method, etas0)
+    marginal = _Marginal(subjects, layout, method, etas0, n_jobs)
     if not np.isfinite(marginal.value(np.asarray(phi0, dtype=np.float64))):
         raise IntegrationError("The population fit cannot start: a subject's ODE cannot be "
                                "integrated at the starting parameters.")
@@ -458,6 +482,7 @@ def direct_fit(subjects, layout, phi0, etas0, *, method="foce", tol=1e-6, max_it
                "likelihood", history=history)
 
 
-def marginal_hessian(subjects, layout, phi, etas, method):
+def marginal_hessian(subjects, layout, phi, etas, method, n_jobs=None):
     """The Hessian of the marginal ``-log L`` in ``phi`` (central differences)."""
-    return _Marginal(subjects, layout, method, etas).hessian(np.asarray(phi, dtype=float))
+    return _Marginal(subjects, layout, method, etas, n_jobs).hessian(
+        np.asarray(phi, dtype=float))
