@@ -109,8 +109,8 @@ def _relative(a, b):
 
 def compare(before, after):
     """A markdown table: the estimate before, and the largest relative change after."""
-    lines = ["| problem / method | theta_ before | max relative change after | iterations "
-             "before / after |", "|---|---|---|---|"]
+    lines = ["| problem / method | theta_ before | max relative change after | bit for bit | "
+             "iterations before / after |", "|---|---|---|---|---|"]
     for key, old in before.items():
         new = after.get(key)
         if new is None:
@@ -118,14 +118,18 @@ def compare(before, after):
         elif "error" in old or "error" in new:
             same = old.get("error", "")[:60] == new.get("error", "")[:60]
             lines.append(f"| {key} | {old.get('error', '')[:60]}... | "
-                         f"{'the same error' if same else new} | |")
+                         f"{'the same error' if same else new} | {same} | |")
         elif "theta" not in old:
             rel = _relative(old["neg_log_likelihood"], new["neg_log_likelihood"])
-            lines.append(f"| {key} | -log L {old['neg_log_likelihood']:.6f} | {rel:.1e} | |")
+            lines.append(f"| {key} | -log L {old['neg_log_likelihood']:.6f} | {rel:.1e} | "
+                         f"{old['neg_log_likelihood'] == new['neg_log_likelihood']} | |")
         else:
-            rel = max(_relative(old[k], new[k]) for k in old if k != "n_iter")
+            keys = [k for k in old if k != "n_iter" and k in new]
+            rel = max(_relative(old[k], new[k]) for k in keys)
+            exact = all(np.array_equal(np.asarray(old[k]), np.asarray(new[k])) for k in keys)
             shown = np.array2string(np.asarray(old["theta"]), precision=4, max_line_width=1000)
-            lines.append(f"| {key} | {shown} | {rel:.1e} | {old['n_iter']} / {new['n_iter']} |")
+            lines.append(f"| {key} | {shown} | {rel:.1e} | {exact} | "
+                         f"{old.get('n_iter', '-')} / {new.get('n_iter', '-')} |")
     return "\n".join(lines) + "\n"
 
 
