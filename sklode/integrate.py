@@ -15,6 +15,7 @@ from scipy.linalg import block_diag
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
 from .models._band import band_width, jacobian_band
+from .models._derived import derived
 
 __all__ = ["simulate", "solve", "integrator_for", "INTEGRATORS"]
 
@@ -307,8 +308,8 @@ def native_solver_or_warn(model):
     """``model.native_solver()``, or None after a :class:`CompilationWarning` (once per
     model) saying why it cannot be compiled."""
     native = model.native_solver()
-    if native is None and not model.__dict__.get("_native_warned"):
-        model.__dict__["_native_warned"] = True
+    if native is None and not derived(model).native_warned:
+        derived(model).native_warned = True
         warn(f"integrator='CVODES' is not available for {model!r} "
              f"({model.native_unavailable_reason()}); using LSODA.", CompilationWarning)
     return native

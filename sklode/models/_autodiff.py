@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..exceptions import ModelError
+from ._derived import derived
 from ._tensors import _DTYPE, _as_tensor, _time_tensor, sum_by_index
 
 # jac_x replicates the batch once per state up to this many states (one backward pass);
@@ -61,7 +62,7 @@ def jac_x(model, t, x, theta):
 
 def jac_x_sparsity(model, t=None, x=None, theta=None):
     """:meth:`ODEModel.jac_x_sparsity` (its documentation is there)."""
-    cached = model.__dict__.get("_sparsity_cache")
+    cached = derived(model).sparsity
     if cached is None:
         rng = np.random.default_rng(0)
         n = model.n_states
@@ -81,7 +82,7 @@ def jac_x_sparse(model, t, x, theta):
     x = np.asarray(x, dtype=np.float64)
     model.jac_x_sparsity(t, x, theta)
     for attempt in range(4):  # each widening adds what up to 64 disagreeing points show
-        rows, cols, colour, pattern = model.__dict__["_sparsity_cache"]
+        rows, cols, colour, pattern = derived(model).sparsity
         values = np.empty(x.shape[:-1] + (rows.size,))
         for k in range(colour.max() + 1 if colour.size else 0):
             v = np.zeros_like(x)
@@ -226,7 +227,7 @@ def _store_sparsity(model, pattern):
         taken = {colour[q] for c in np.flatnonzero(pattern[r]) for q in by_column[c]}
         colour[r] = next(k for k in range(len(taken) + 1) if k not in taken)
     cached = (rows, cols, colour, pattern)
-    model.__dict__["_sparsity_cache"] = cached
+    derived(model).sparsity = cached
     return cached
 
 
@@ -241,7 +242,7 @@ def _curvature_x_coloured(model, t, x, theta, weights):
     whole grid, in ``n_points * n_states`` memory.
     """
     rows, cols = model.jac_x_sparsity()
-    colour = model.__dict__["_sparsity_cache"][2]
+    colour = derived(model).sparsity[2]
     n = x.shape[-1]
     starts = np.searchsorted(rows, np.arange(n + 1))
     out = np.zeros(tuple(x.shape))

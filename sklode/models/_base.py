@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from . import _autodiff, _linearity
+from ._derived import derived
 from ._compile import compile_field, grid_functions
 from ._native import native_solver
 from ._tensors import _as_tensor, _time_tensor, sum_by_index
@@ -392,30 +393,31 @@ class ODEModel:
 
     def _pointwise(self):
         """The compiled functions (:class:`_Compiled`), built on first use."""
-        cached = self.__dict__.get("_pointwise_cache")
+        forms = derived(self)
+        cached = forms.pointwise
         if cached is not None and not isinstance(cached, _Building):
             return cached
         with _COMPILE_LOCK:
-            cached = self.__dict__.get("_pointwise_cache")
+            cached = forms.pointwise
             if cached is not None:  # built meanwhile, or this thread's own placeholder
                 return cached
             # while compiling: the checks compare to the torch path
-            self.__dict__["_pointwise_cache"] = _Building(self.f, self.jac_x, None, None)
+            forms.pointwise = _Building(self.f, self.jac_x, None, None)
             try:
                 compiled = compile_field(self)
             except BaseException:
-                self.__dict__.pop("_pointwise_cache", None)
+                forms.pointwise = None
                 raise
             if compiled is None:
                 self._use_torch_path()
-                return self.__dict__["_pointwise_cache"]
+                return forms.pointwise
             cached = _Compiled(
                 field=_guarded(compiled, self.f),
                 jacobian=(self.jac_x if compiled.jacobian is None
                           else _guarded(compiled.jacobian, self.jac_x)),
                 jacobian_theta=compiled.jacobian_theta,
                 grid=grid_functions(self, compiled))
-            self.__dict__["_pointwise_cache"] = cached
+            forms.pointwise = cached
         return cached
 
     def native_solver(self):
@@ -432,14 +434,15 @@ class ODEModel:
             None where the model cannot be compiled; :meth:`native_unavailable_reason`
             then says why.
         """
-        cached = self.__dict__.get("_native_cache")
+        forms = derived(self)
+        cached = forms.native
         if cached is None:
             with _COMPILE_LOCK:
-                cached = self.__dict__.get("_native_cache")
+                cached = forms.native
                 if cached is None:
                     cached = native_solver(self, getattr(self._pointwise().field, "compiled",
                                                          None))
-                    self.__dict__["_native_cache"] = cached
+                    forms.native = cached
         return cached[0]
 
     def native_unavailable_reason(self):
@@ -453,24 +456,19 @@ class ODEModel:
             not know).
         """
         self.native_solver()
-        return self.__dict__["_native_cache"][1]
+        return derived(self).native[1]
 
     def _use_torch_path(self):
         """Evaluate everything through torch (as when ``rhs`` does not compile)."""
-        self.__dict__["_pointwise_cache"] = _Compiled(self.f, self.jac_x, None, None)
+        derived(self).pointwise = _Compiled(self.f, self.jac_x, None, None)
 
     def __getstate__(self):
-        """The instance's attributes without the compiled field (rebuilt on first use) and
-        without the record of :func:`check_model` (a copy is checked once again), so that a
-        model's pickle, and scikit-learn's hash of the estimator's parameters, are those of
-        its definition."""
+        """The instance's attributes without what sklode derived from them
+        (:mod:`sklode.models._derived`: rebuilt on first use, and a copy is checked once
+        again), so that a model's pickle, and scikit-learn's hash of the estimator's
+        parameters, are those of its definition."""
         state = self.__dict__.copy()
-        state.pop("_pointwise_cache", None)
-        state.pop("_native_cache", None)
-        state.pop("_observation_reads", None)
-        state.pop("_observation_grid", None)
-        state.pop("_checked_signature", None)
-        state.pop("_sparsity_cache", None)
+        state.pop("_derived", None)
         return state
 
     def jac_x(self, t, x, theta):

@@ -10,6 +10,7 @@ import torch
 
 from ..exceptions import ModelError
 from ._base import ODEModel
+from ._derived import derived
 from ._tensors import _DTYPE, _as_tensor, _time_tensor
 
 __all__ = ["check_model"]
@@ -42,7 +43,7 @@ def check_model(model):
     # cost ~9 ms, more than a forward solve; the signature changes when anything the checks
     # read does (a constant, a name, a method assigned on the instance)
     signature = _check_signature(model)
-    if signature is not None and model.__dict__.get("_checked_signature") == signature:
+    if signature is not None and derived(model).checked_signature == signature:
         return model
     name = type(model).__name__
     for attr in ("state_names", "param_names"):
@@ -105,7 +106,7 @@ def check_model(model):
         _check_differentiable(model, name, batch, theta)
     _check_observation_model(model, name, batch, theta)
     if signature is not None:
-        model.__dict__["_checked_signature"] = signature
+        derived(model).checked_signature = signature
     return model
 
 

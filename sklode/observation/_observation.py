@@ -12,6 +12,7 @@ import torch
 
 from ..exceptions import IntegrationError
 from ..models._compile import compile_grid, parameters_read
+from ..models._derived import derived
 from ._noise import distribution_of, neg_log_likelihood_terms
 
 __all__ = ["NOISE_RANGE_WITHOUT_FLOOR", "Observation"]
@@ -356,7 +357,7 @@ class Observation:
         both Jacobians, :func:`~sklode.models._compile.compile_grid`), kept on the model;
         None where either does not compile (torch then differentiates the rows)."""
         model = self.model
-        cache = model.__dict__.setdefault("_observation_grid", {})
+        cache = derived(model).observation_grid
         if "functions" not in cache:
             n_obs, p = len(model.observables), model.n_params
             observe = noise = True
@@ -464,7 +465,7 @@ class Observation:
     def _parameters_read(self, n_params):
         """Which parameters the observation and noise model read (every one where that
         cannot be recorded), kept on the model."""
-        cache = self.model.__dict__.setdefault("_observation_reads", {})
+        cache = derived(self.model).observation_reads
         if n_params not in cache:
             model = self.model
 

@@ -12,6 +12,7 @@ import numpy as np
 from ..exceptions import IntegrationError
 from ..integrate import _resolve_integrator, native_solver_for
 from ..models._compile import parameters_read
+from ..models._derived import derived
 from ..observation._observation import Observation
 from ._objective import _Objective, _state_without_solves
 from ._sensitivity import (
@@ -287,7 +288,7 @@ def _share_steady_states(parts):
         model = members[0].model
         # the parameters the field reads, from its recorded program (kept on the model);
         # where it cannot be recorded the state is shared while all the values agree
-        cache = model.__dict__.setdefault("_field_reads", {})
+        cache = derived(model).field_reads
         if "read" not in cache:
             cache["read"] = parameters_read(model.rhs, model.n_states, model.n_params)
         read = cache["read"]
