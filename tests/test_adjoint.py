@@ -2,6 +2,7 @@
 least_squares optimum, every optimiser, bounds/positivity, stiff and nonlinear models, and
 the errors a user gets for bad input."""
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -389,6 +390,14 @@ def test_fides_rejects_trial_points_that_cannot_be_integrated_and_goes_around():
 
         def jacobian(self, u):
             return np.array([[-20 * u[0], 10.0], [-1.0, 0.0]])
+
+        # the rest of the interface the optimiser steers an objective's solves by (no ODE)
+        def set_policy(self, **changes):
+            pass
+
+        @contextlib.contextmanager
+        def solving(self, **changes):
+            yield self
 
     objective = RosenbrockWithAHole()
     result = _fides(objective, np.array([-1.2, 1.0]), None, 1e-10, 200,

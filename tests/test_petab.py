@@ -420,7 +420,7 @@ def test_a_prefetching_solve_brings_the_jacobians_sensitivities(small_problem, m
     r_two, J_two = objective.residual(u0), objective.jacobian(u0)
     assert solves == [False, False, True, True]  # states, then states with sensitivities
     solves.clear()
-    objective.prefetch_sensitivities = True
+    objective.set_policy(prefetch_sensitivities=True)
     u1 = u0 + 1e-12  # a new point (the objective keeps the last one)
     r_one, J_one = objective.residual(u1), objective.jacobian(u1)
     assert solves == [True, True]
@@ -445,10 +445,10 @@ def test_failed_cvodes_sensitivities_fall_back_or_reject(small_problem, monkeypa
     J = objective.jacobian(u0)
     monkeypatch.setattr(sensitivity_module, "_native_sensitivities", lambda *a, **k: None)
     u1 = u0 + 1e-13  # a new point (the objective keeps the last one's sensitivities)
-    objective.sensitivities_fall_back = False
+    objective.set_policy(sensitivities_fall_back=False)
     with pytest.raises(IntegrationError, match="sensitivities"):
         objective.jacobian(u1)
-    objective.sensitivities_fall_back = True
+    objective.set_policy(sensitivities_fall_back=True)
     # LSODA's trajectory and the collocation sensitivities: 3e-4 of the scale, as in the
     # gradient test above (the drive's switch at t = 1.5)
     np.testing.assert_allclose(objective.jacobian(u1), J, rtol=3e-4,
@@ -728,7 +728,7 @@ def test_cvodes_sensitivities_converge_past_webers_dose_from_its_18th_start():
     est = problem.estimator(theta0=problem.starts(20, random_state=0)[17])
     objective, u0 = _posed(problem, theta0=est.theta0, positive=est.positive,
                            integrator="CVODES", rtol=1e-8, atol=1e-10)
-    objective.sensitivities_fall_back = False
-    objective.max_evaluations = 20_000  # a fit's step budget for trial points (its floor)
+    objective.set_policy(sensitivities_fall_back=False)
+    objective.set_policy(max_evaluations=20_000)  # a fit's step budget for trial points
     J = objective.jacobian(u0)  # raised IntegrationError with the simultaneous corrector
     assert np.all(np.isfinite(J)) and np.count_nonzero(J) > 0

@@ -58,7 +58,8 @@ class _SharedSolve:
         if key != self.key:
             self.key, self.traj = None, None
             self.traj = forward_trajectory(part.model, theta, x0, part.t0, self.t,
-                                           **part.solver, max_evaluations=part.max_evaluations,
+                                           **part.solver,
+                                           max_evaluations=part.policy.max_evaluations,
                                            doses=part.doses, prefetch=prefetch)
             self.key = key
         return _restricted(self.traj, *self.layout[id(part)])
@@ -124,7 +125,7 @@ def _share_solves(parts):
         if len(members) > 1:
             shared = _SharedSolve(members, field_params)
             for part in members:
-                part.shared_solve = shared
+                part.share(solve=shared)
 
 
 
@@ -164,7 +165,7 @@ def _batch_observations(parts):
             continue
         A, c = (part.theta_map if part.theta_map is not None
                 else (np.eye(part.n_params), np.zeros(part.n_params)))
-        shared = part.__dict__.get("shared_solve")
+        shared = part.shared_solve
         same_trajectory = (k if shared is None else id(shared), A[keep].tobytes(),
                            c[keep].tobytes(), part.x0_fixed.tobytes())
         batch = batches.setdefault(observation.modelled_noise, {})
@@ -228,7 +229,7 @@ class _ObservationBatch:
                 x0, theta = first.split(first.to_z(u))
                 group_thetas = [p.experiment_theta(theta) for p in group]
                 prefetch = None
-                if first.prefetch_sensitivities:  # the columns the group's Jacobian wants
+                if first.policy.prefetch_sensitivities:  # the columns its Jacobian wants
                     with_x0, _, start = first.sensitivity_request(group_thetas[0])
                     prefetch = (with_x0, needed, start)
                 first.n_forward += 1
@@ -260,7 +261,7 @@ class _ObservationBatch:
             first.n_derivative += 1
             _, _, start = first.sensitivity_request(theta)
             S = sensitivities(first.model, theta, traj, with_x0=False, params=needed,
-                              start=start, fall_back=first.sensitivities_fall_back)
+                              start=start, fall_back=first.policy.sensitivities_fall_back)
             # the field's columns agree across a group (it reads none of the parameters
             # its experiments' maps differ in): the first experiment's map serves all
             S_rows.append(first._unknown_columns(S)[times])
@@ -294,21 +295,7 @@ def _share_steady_states(parts):
         read = cache["read"]
         shared = SharedSteadyState(None if read is None else np.flatnonzero(read))
         for part in members:
-            part.shared_steady_state = shared
-
-
-
-def _every_experiment(name, doc):
-    """A setting every experiment of an :class:`ExperimentsObjective` holds: read from the
-    first, written to all."""
-    def get(self):
-        return getattr(self.parts[0], name)
-
-    def set_all(self, value):
-        for part in self.parts:
-            setattr(part, name, value)
-
-    return property(get, set_all, doc=doc)
+            part.share(steady_state=shared)
 
 
 
@@ -345,15 +332,21 @@ class ExperimentsObjective(_Objective):
         _share_steady_states(self.parts)
         self.batches = _batch_observations(self.parts)
 
-    prefetch_sensitivities = _every_experiment(
-        "prefetch_sensitivities", "Whether the experiments' next solves bring their "
-        "sensitivities along.")
-    sensitivities_fall_back = _every_experiment(
-        "sensitivities_fall_back", "Whether the experiments' Jacobians fall back to LSODA "
-        "where CVODES fails.")
-    max_evaluations = _every_experiment(
-        "max_evaluations", "Field evaluations allowed per forward solve (shared by the "
-        "experiments).")
+    @property
+    def policy(self):
+        """The :class:`~._objective.SolvePolicy` every experiment's solves follow."""
+        return self.parts[0].policy
+
+    def set_policy(self, **changes):
+        """Change fields of every experiment's :class:`~._objective.SolvePolicy`.
+
+        Parameters
+        ----------
+        **changes
+            ``prefetch_sensitivities``, ``sensitivities_fall_back``, ``max_evaluations``.
+        """
+        for part in self.parts:
+            part.set_policy(**changes)
 
     @property
     def n_forward(self):

@@ -15,7 +15,10 @@ without building an estimator.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,6 +52,31 @@ def _state_without_solves(obj, names):
     return state
 
 
+@dataclass(frozen=True)
+class SolvePolicy:
+    """How an objective's forward solves run: what an optimiser may change, through
+    :meth:`LeastSquaresObjective.set_policy` or the ``solving`` block, and nothing else does.
+
+    Attributes
+    ----------
+    prefetch_sensitivities : bool
+        Solve the next points' states together with the sensitivities the Jacobian will ask
+        for (the CVODES path): an optimiser turns it on where it expects to want the Jacobian.
+    sensitivities_fall_back : bool
+        Where CVODES fails on the sensitivities, compute them on LSODA's trajectory (else the
+        Jacobian raises IntegrationError: a trust region rejects the point and shrinks).
+    max_evaluations : int
+        Field evaluations allowed per forward solve: generous at the start, then a multiple
+        of what the start needed (set by :func:`~._optimize.adjoint_solve`), so that a trial
+        point on the edge of blowing up (or stiff for the integrator) is rejected in seconds,
+        not minutes.
+    """
+
+    prefetch_sensitivities: bool = False
+    sensitivities_fall_back: bool = True
+    max_evaluations: int = _START_EVALUATIONS
+
+
 class _Objective:
     """What every AdjointODE cost derives from its primitives: the map between the unknowns
     ``z`` and the optimiser variables ``u`` (``z = scale * u``, or ``exp(scale * u)`` where
@@ -62,12 +90,22 @@ class _Objective:
     def __getstate__(self):
         return _state_without_solves(self, ("_cache_key", "_cache"))
 
-    #: solve the next points' states together with the sensitivities the Jacobian will ask
-    #: for (the CVODES path): an optimiser sets it where it expects to want the Jacobian
-    prefetch_sensitivities = False
-    #: where CVODES fails on the sensitivities, compute them on LSODA's trajectory (else the
-    #: Jacobian raises IntegrationError: a trust region rejects the point and shrinks)
-    sensitivities_fall_back = True
+    @contextmanager
+    def solving(self, **changes):
+        """Within the block, solve with these :class:`SolvePolicy` fields changed; the policy
+        before it is back afterwards (whatever happens in the block).
+
+        Parameters
+        ----------
+        **changes
+            ``prefetch_sensitivities``, ``sensitivities_fall_back``, ``max_evaluations``.
+        """
+        before = self.policy
+        self.set_policy(**changes)
+        try:
+            yield self
+        finally:
+            self.set_policy(**dataclasses.asdict(before))
 
     def to_u(self, z):
         """Optimiser variables from the unknowns.
@@ -275,7 +313,11 @@ class LeastSquaresObjective(_Objective):
         # Evaluation budget of one forward solve: generous at the start, then a multiple of
         # what the start needed (set by the solver), so that a trial point on the edge of
         # blowing up (or stiff for the integrator) is rejected in seconds, not minutes.
-        self.max_evaluations = _START_EVALUATIONS
+        self.policy = SolvePolicy()
+        # set by ExperimentsObjective (share): a solve, or a steady state, several experiments
+        # posing the same initial value problem share
+        self.shared_solve = None
+        self.shared_steady_state = None
         self.n_forward = 0  # forward ODE solves
         self.n_derivative = 0  # sensitivity or adjoint passes
         self._cache_key, self._cache = None, None
@@ -285,6 +327,30 @@ class LeastSquaresObjective(_Objective):
             self.experiment_theta(self.theta_fixed)) is not None
 
     # ------------------------------------------------------------------ variables
+    def set_policy(self, **changes):
+        """Change fields of the :class:`SolvePolicy` of the solves from here on.
+
+        Parameters
+        ----------
+        **changes
+            ``prefetch_sensitivities``, ``sensitivities_fall_back``, ``max_evaluations``.
+        """
+        self.policy = dataclasses.replace(self.policy, **changes)
+
+    def share(self, *, solve=None, steady_state=None):
+        """Take the forward solve or the steady state that other experiments posing the same
+        problem share (:class:`~._experiments.ExperimentsObjective`).
+
+        Parameters
+        ----------
+        solve : _SharedSolve, optional
+        steady_state : SharedSteadyState, optional
+        """
+        if solve is not None:
+            self.shared_solve = solve
+        if steady_state is not None:
+            self.shared_steady_state = steady_state
+
     def split(self, z):
         """The whole initial state and theta from the unknowns.
 
@@ -351,7 +417,7 @@ class LeastSquaresObjective(_Objective):
             self._pre_key = key
             self._pre = preequilibrated_start(self.model, self.preequilibration, x0, theta,
                                               with_sensitivities=with_sensitivities,
-                                              shared=self.__dict__.get("shared_steady_state"),
+                                              shared=self.shared_steady_state,
                                               **self.solver)
         start, D = self._pre
         return start, (D if with_sensitivities else None)
@@ -403,7 +469,7 @@ class LeastSquaresObjective(_Objective):
             theta = self.experiment_theta(theta)
             self.n_forward += 1
             traj = self.solve(theta, x0, self.sensitivity_request(theta)
-                              if self.prefetch_sensitivities else None)
+                              if self.policy.prefetch_sensitivities else None)
             if self.observation is None:
                 data = np.where(self.mask,
                                 (traj.states[:, self.observed] - self.Y) / self.sigma, 0.0)
@@ -431,11 +497,12 @@ class LeastSquaresObjective(_Objective):
         Trajectory
             The states at the experiment's times (and what the derivative passes need).
         """
-        shared = self.__dict__.get("shared_solve")
+        shared = self.shared_solve
         if shared is not None:
             return shared.trajectory(self, theta, x0, prefetch)
         return forward_trajectory(self.model, theta, x0, self.t0, self.t, **self.solver,
-                                  max_evaluations=self.max_evaluations, doses=self.doses,
+                                  max_evaluations=self.policy.max_evaluations,
+                                  doses=self.doses,
                                   prefetch=prefetch)
 
     @property
@@ -567,7 +634,7 @@ class LeastSquaresObjective(_Objective):
         self.n_derivative += 1
         with_x0, params, start = self.sensitivity_request(theta)
         S = sensitivities(self.model, theta, traj, with_x0=with_x0, params=params, start=start,
-                          fall_back=self.sensitivities_fall_back)
+                          fall_back=self.policy.sensitivities_fall_back)
         if self.preequilibration is None:
             S = self._unknown_columns(S)
         else:  # the start moves with theta through the steady state: chain it in

@@ -134,7 +134,8 @@ def adjoint_solve(objective, u0, *, optimizer="trf", gradient="adjoint", bounds=
         start_evaluations = objective.evaluations_at(u0)
     except IntegrationError as exc:
         raise cannot_start(objective, u0, exc) from exc
-    objective.max_evaluations = max(20_000, _TRIAL_EVALUATION_FACTOR * start_evaluations)
+    objective.set_policy(
+        max_evaluations=max(20_000, _TRIAL_EVALUATION_FACTOR * start_evaluations))
     history = {"loss": [], "grad": []}
 
     def log(loss, grad):
@@ -266,7 +267,8 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
             # the next trial point's states come with their sensitivities when this one
             # improved (most trust-region steps are taken: one solve instead of two), alone
             # after a rejection (the region shrinks; the next step may be rejected too)
-            objective.prefetch_sensitivities = not evaluated[0] or cost < optimizer.fval
+            objective.set_policy(
+                prefetch_sensitivities=not evaluated[0] or cost < optimizer.fval)
             if evaluated[0] and cost >= optimizer.fval:
                 # No lower than the current iterate: Fides rejects this step whatever the
                 # gradient (its ratio of actual to predicted decrease is <= 0, as the
@@ -277,8 +279,8 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
             # where AMICI fails, rather than differentiated on LSODA's trajectory (across
             # Weber et al.'s dose at t = 24: 15 CPU s a Jacobian, where CVODES' held switch
             # takes 40 ms); the start takes LSODA's rather than fail
-            objective.sensitivities_fall_back = not evaluated[0]
-            J = objective.jacobian(u)
+            with objective.solving(sensitivities_fall_back=not evaluated[0]):
+                J = objective.jacobian(u)
         except IntegrationError:
             if not evaluated[0]:
                 raise  # at the start: adjoint_solve's caller says why, in words
@@ -308,10 +310,8 @@ def _fides(objective, u0, bounds, tol, max_iter, log, cost_offset=0.0):
         return AdjointResult(u=np.array(optimizer.x_min), n_iter=int(optimizer.iteration),
                              converged=False, solver=solver,
                              stop_reason=f"stopped on a non-finite step ({exc})")
-    finally:  # later solves (the covariance, predictions) want the states alone, and
-        # the scipy path where CVODES fails
-        objective.prefetch_sensitivities = False
-        objective.sensitivities_fall_back = True
+    finally:  # later solves (the covariance, predictions) want the states alone
+        objective.set_policy(prefetch_sensitivities=False)
     flag = optimizer.exitflag
     reasons = {
         fides.ExitFlag.FTOL: f"cost changed by less than {tol:g} (absolute + relative)",
@@ -432,14 +432,6 @@ class _OnBox:
 
     def __getattr__(self, name):
         return getattr(self._objective, name)
-
-    @property
-    def max_evaluations(self):
-        return self._objective.max_evaluations
-
-    @max_evaluations.setter
-    def max_evaluations(self, value):
-        self._objective.max_evaluations = value
 
     def to_z(self, w):
         return self._objective.to_z(self._box.to_u(w))
