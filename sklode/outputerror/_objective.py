@@ -344,7 +344,9 @@ class LeastSquaresObjective(_Objective):
         Parameters
         ----------
         solve : _SharedSolve, optional
+            The one forward solve of the experiments' common initial value problem.
         steady_state : SharedSteadyState, optional
+            Their common pre-equilibration.
         """
         if solve is not None:
             self.shared_solve = solve

@@ -618,6 +618,7 @@ class MixedEffectsODE(ODEEstimator):
         Returns
         -------
         list of ndarray of shape (n_times, n_states)
+            The states, one array per subject (an array for a new subject).
         """
         items = t if isinstance(t, (list, tuple)) else [t]
         if replicate or (items and all(isinstance(e, Experiment) for e in items)):
