@@ -22,6 +22,7 @@ from .diagnostics._assessment import Polish, assess_fit, likelihood_attributes
 from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from .diagnostics._uncertainty import standard_errors, uncertainty_attributes
 from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError, warn
+from ._events import add_doses, dose_segments
 from .integrate import simulate
 from .models._wrappers import HeldParameters, ScaledStates
 
@@ -121,13 +122,10 @@ class DoseSplit:
         pieces, self.first, self.folded = [], [], []
         self.node = [0] * data.n_experiments  # unobserved rows added before the first sample
         for k, e in enumerate(data.experiments):
-            at_t0 = np.zeros(data.n_states)
-            cuts = []
-            for time, state, amount in e.doses:
-                if time == e.t0:
-                    at_t0[state] += amount
-                elif time < e.t[-1]:
-                    cuts.append(time)
+            # the doses at t0 go into the initial state; later ones cut the series
+            at_start, later = dose_segments(e.doses, e.t0, e.t[-1])
+            at_t0 = add_doses(np.zeros(data.n_states), at_start)
+            cuts = [time for time, _ in later]
             self.folded.append(at_t0)
             x0 = np.where(np.isfinite(e.x0), e.x0 + at_t0, np.nan)
             edges = [-np.inf] + sorted(set(cuts)) + [np.inf]

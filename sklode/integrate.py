@@ -15,6 +15,7 @@ from scipy.linalg import block_diag
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
 from .models._band import band_width, jacobian_band
+from ._events import solve_across_doses
 from .models._derived import derived
 
 __all__ = ["simulate", "solve", "integrator_for", "INTEGRATORS"]
@@ -359,49 +360,6 @@ def _solve_odeint(fun, jacobian, theta, model, x0, t_span, t_eval, rtol, atol, m
                           success=True, message=info["message"])
 
 
-def dose_segments(doses, t0, t_end):
-    """The doses that act on ``(t0, t_end]`` grouped by time: ``[(time, amounts), ...]``.
-
-    A dose at ``t0`` acts at once (after an observation at ``t0``); one at an observation
-    time acts after that observation (a trough sample is taken before the dose, as NONMEM
-    orders a sample and a dose at the same time).
-
-    Parameters
-    ----------
-    doses : sequence of (float, int, float)
-        ``(time, state index, amount)`` boluses.
-    t0 : float
-        Start of the integration.
-    t_end : float
-        Last output time.
-
-    Returns
-    -------
-    at_start : dict or None
-        Amounts ``{state: amount}`` added at ``t0`` (None when there are none).
-    later : list of (float, dict)
-        Times in ``(t0, t_end)`` and the amounts ``{state: amount}`` added there.
-    """
-    grouped = {}
-    for time, state, amount in doses:
-        if time < t0:
-            raise ValueError(f"A dose at t={time:g} comes before the initial time t0={t0:g}: "
-                             "move t0 to (or before) the first dose.")
-        if time < t_end or time == t0:
-            grouped.setdefault(float(time), {}).setdefault(int(state), 0.0)
-            grouped[float(time)][int(state)] += float(amount)
-    at_start = grouped.pop(float(t0), None)
-    return at_start, sorted(grouped.items())
-
-
-def add_doses(x, amounts):
-    """``x`` with ``amounts`` ``{state: amount}`` added (a copy)."""
-    x = np.array(x, dtype=np.float64)
-    for state, amount in (amounts or {}).items():
-        x[state] += amount
-    return x
-
-
 def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol=1e-10,
              doses=None):
     """States of ``model`` at times ``t``, starting from ``x0`` at ``t0``.
@@ -495,13 +453,7 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
 def _solve_with_doses(model, theta, x0, t0, ahead, doses, kw):
     """States at the increasing times ``ahead`` (all after ``t0``), integrated in segments
     between the doses."""
-    at_start, later = dose_segments(doses, t0, ahead[-1])
-    x, start = add_doses(x0, at_start), t0
-    out = np.empty((ahead.size, x.size))
-    for end, amounts in later + [(float(ahead[-1]), None)]:
-        inside = (ahead > start) & (ahead <= end)
-        t_eval = np.union1d(ahead[inside], [end])
-        sol = solve(model, theta, x, (start, end), t_eval=t_eval, **kw)
-        out[inside] = sol.y.T[np.searchsorted(t_eval, ahead[inside])]
-        x, start = add_doses(sol.y[:, -1], amounts), end
-    return out
+    def segment(start, end, x, t_eval, inside, index):
+        return solve(model, theta, x, (start, end), t_eval=t_eval, **kw).y.T
+
+    return solve_across_doses(segment, x0, t0, ahead, doses)

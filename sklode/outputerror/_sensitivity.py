@@ -26,13 +26,12 @@ import math
 
 import numpy as np
 
+from .._events import solve_across_doses
 from ..exceptions import IntegrationError
 from ..integrate import (
     _max_steps,
     _resolve_integrator,
-    add_doses,
     blowup_limit,
-    dose_segments,
     narrow_band,
     native_solver_for,
     raise_native_failure,
@@ -229,22 +228,19 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
 def _trajectory_with_doses(model, theta, x0, t0, t_obs, doses, **options):
     """:func:`forward_trajectory` in segments between the doses (an observation at a dose's
     time sees the state before it)."""
-    t_end = float(t_obs[-1])
-    at_start, later = dose_segments(doses, t0, t_end)
-    x, start = add_doses(x0, at_start), t0
-    states = np.empty((t_obs.size, x0.size))
-    states[t_obs <= t0] = x0
-    ends, pieces, steps, n_evaluations = [], [], [np.array([t0])], 0
-    for end, amounts in later + [(t_end, None)]:
-        inside = (t_obs > start) & (t_obs <= end)
-        t_eval = np.union1d(t_obs[inside], [end])
+    ends, pieces, steps, n_evaluations = [], [], [np.array([t0])], [0]
+
+    def segment(start, end, x, t_eval, inside, index):
         sol = solve(model, theta, x, (start, end), t_eval=t_eval, dense_output=True, **options)
-        states[inside] = sol.y.T[np.searchsorted(t_eval, t_obs[inside])]
         ends.append(end)
         pieces.append(sol.sol)
         steps.append(sol.sol.ts)
-        n_evaluations += sol.nfev
-        x, start = add_doses(sol.y[:, -1], amounts), end
+        n_evaluations[0] += sol.nfev
+        return sol.y.T
+
+    states = solve_across_doses(segment, x0, t0, t_obs, doses)
+    states[t_obs <= t0] = x0
+    n_evaluations = n_evaluations[0]
     grid = np.union1d(np.concatenate(steps), t_obs)
     grid = grid[grid >= t0]
     return Trajectory(grid, np.searchsorted(grid, t_obs), states,
@@ -256,11 +252,7 @@ def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=N
     """States (and sensitivities in ``columns``: ``(with_x0, parameter indices)``) at
     ``t_obs`` by the compiled CVODES solve, in segments between the doses (the
     sensitivities are continuous across a bolus of known size)."""
-    n, t_end = x0.size, float(t_obs[-1])
-    at_start, later = dose_segments(doses or [], t0, t_end)
-    x, start = add_doses(x0, at_start), t0
-    states = np.empty((t_obs.size, n))
-    states[t_obs <= t0] = x0
+    n = x0.size
     S = S_out = None
     if columns is not None:
         with_x0, params, start_derivative = columns
@@ -272,23 +264,24 @@ def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=N
         S_out = np.empty((t_obs.size, n, S.shape[1]))
         S_out[t_obs <= t0] = S
     limit = options.pop("blowup")
-    n_evaluations = 0
-    for end, amounts in later + [(t_end, None)]:
-        inside = (t_obs > start) & (t_obs <= end)
-        t_eval = np.union1d(t_obs[inside], [end])
+    carried = {"S": S, "n_evaluations": 0}  # what one segment hands the next
+
+    def segment(start, end, x, t_eval, inside, index):
+        S = carried["S"]
         out, sens, info = native(start, x, theta, t_eval, s0=S,
                                  sens_x0=columns is not None and columns[0],
                                  sens_params=None if S is None else columns[1], blowup=limit,
                                  **options)
         raise_native_failure(model, theta, (start, end), info, limit)
-        index = np.searchsorted(t_eval, t_obs[inside])
-        states[inside] = out[index]
         if S is not None:
             S_out[inside] = sens[index]
-            S = sens[-1]
-        n_evaluations += info["n_rhs"]
-        x, start = add_doses(out[-1], amounts), end
-    return states, S_out, n_evaluations
+            carried["S"] = sens[-1]
+        carried["n_evaluations"] += info["n_rhs"]
+        return out
+
+    states = solve_across_doses(segment, x0, t0, t_obs, doses)
+    states[t_obs <= t0] = x0
+    return states, S_out, carried["n_evaluations"]
 
 
 def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None,
