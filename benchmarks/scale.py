@@ -118,8 +118,9 @@ def one(method, system, d, T):
     # least-squares shooting fit with d sensitivity columns, once per fit, not per
     # iteration), timed apart
     covariance_cpu, shooting_cpu = [0.0], [0.0]
-    sklode.diagnostics._uncertainty.fit_uncertainty = sklode.adjoint._estimator.fit_uncertainty = timed(
-        sklode.diagnostics._uncertainty.fit_uncertainty, covariance_cpu)
+    timed_covariance = timed(sklode.diagnostics._uncertainty.fit_uncertainty, covariance_cpu)
+    sklode.diagnostics._uncertainty.fit_uncertainty = timed_covariance
+    sklode.adjoint._estimator.fit_uncertainty = timed_covariance
     sklode.wendy._estimator.shoot_initial_state = timed(
         sklode.wendy._estimator.shoot_initial_state, shooting_cpu)
     p = problem(system, d, T)

@@ -10,7 +10,8 @@ import warnings
 import numpy as np
 from sklearn.utils import check_array
 
-__all__ = ["OLD_OPTIMIZER_SPELLINGS", "LOG_SCALES", "canonical_optimizer", "as_float_array", "bounds_with_positivity", "by_name",
+__all__ = ["OLD_OPTIMIZER_SPELLINGS", "LOG_SCALES", "canonical_optimizer", "as_float_array",
+           "bounds_with_positivity", "by_name",
            "check_bounds", "check_fixed", "check_observed", "check_positive",
            "check_sample_weight", "check_theta0", "check_times", "condition_map",
            "log_factors"]

@@ -382,12 +382,12 @@ def has_bounds(estimator):
 
 def offset_attributes(estimator, uncertainty, fitted, adequate, *, limit, meaning):
     """``output_error_offset_``: how far the method's estimate lies from the output-error
-    optimum, per parameter in ``theta_stderr_`` (the Gauss-Newton step of that cost from
-    the fit, :attr:`FitUncertainty.step`; 0 for held parameters, NaN where it is not
-    known); warns when it exceeds ``limit`` (the method's ``OUTPUT_ERROR_OFFSET``) and the intervals are the ones at the fit (no
-    bootstrap, no bounds that could stop the step), unless the fit was already called
-    poor (``adequate`` False: that warning says more). ``meaning``: what the offset
-    says of this method's intervals, a sentence of the warning."""
+    optimum, per parameter in ``theta_stderr_`` (the Gauss-Newton step of that cost from the fit,
+    :attr:`FitUncertainty.step`; 0 for held parameters, NaN where it is not known); warns when it
+    exceeds ``limit`` (the method's ``OUTPUT_ERROR_OFFSET``) and the intervals are the ones at the
+    fit (no bootstrap, no bounds that could stop the step), unless the fit was already called poor
+    (``adequate`` False: that warning says more). ``meaning``: what the offset says of this
+    method's intervals, a sentence of the warning."""
     n_params = estimator.model.n_params
     if uncertainty.step is None:
         return {"output_error_offset_": None}
@@ -445,7 +445,8 @@ def bootstrap_attributes(estimator, data, theta, x0s, fitted, attributes):
         return solved.theta, solved.split.x0_back(solved.x0s)
 
     boot = bootstrap_replicates(refit, data, means, sd, n_boot=estimator.n_boot,
-                                noise_kind=estimator.noise_kind, random_state=estimator.random_state,
+                                noise_kind=estimator.noise_kind,
+                                random_state=estimator.random_state,
                                 n_jobs=estimator.n_jobs)
     succeeded = boot.theta.shape[0]
     if succeeded < max(2, estimator.n_boot / 2):

@@ -1,4 +1,5 @@
-"""The parametric bootstrap (sklode/diagnostics/_bootstrap.py) and ``n_boot`` of BCDProxODE and WENDyODE:
+"""The parametric bootstrap (sklode/diagnostics/_bootstrap.py) and ``n_boot`` of BCDProxODE and
+WENDyODE:
 the replicates' noise, their covariance and bias against known answers, reproducibility, and
 what happens when the replicates cannot be refitted."""
 

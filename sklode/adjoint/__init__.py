@@ -2,7 +2,8 @@
 
 * :class:`AdjointODE` -- the estimator;
 * :func:`adjoint_solve` -- its optimisers on a cost (an :class:`AdjointResult` out; the
-  covariance of the fit is :mod:`sklode.diagnostics._uncertainty`'s, shared by the three estimators);
+  covariance of the fit is :mod:`sklode.diagnostics._uncertainty`'s, shared by the three
+  estimators);
 * :func:`build_objective` -- the exact cost AdjointODE minimises, posed from the
   estimator's own keyword arguments (:class:`LeastSquaresObjective`);
 * :func:`sensitivities`, :func:`adjoint_gradient` -- the two derivative passes on a stored

@@ -666,8 +666,8 @@ default=False
 
     def _solve(self, problem, theta_start, fitted):
         """``(objective, result)`` of one optimisation from ``theta_start``, from the one of
-        the data's initial states (:func:`~sklode.outputerror._initial_state.data_starts`: smoothed, as
-        observed, sign-corrected) with the lowest cost at ``theta_start`` (one forward solve
+        the data's initial states (:func:`~sklode.outputerror._initial_state.data_starts`: smoothed,
+        as observed, sign-corrected) with the lowest cost at ``theta_start`` (one forward solve
         each: on a chaotic system a start a third of a noise level off can cost 4x another);
         the result an IntegrationError where the ODE can be integrated from none of them."""
         failed, ready = [], []
@@ -712,8 +712,8 @@ default=False
 
     def _data_starts(self, data):
         """The data with their unknown initial components filled in each way
-        :func:`~sklode.outputerror._initial_state.data_starts` offers, best first (an experiment with
-        fewer ways keeps its last)."""
+        :func:`~sklode.outputerror._initial_state.data_starts` offers, best first (an experiment
+        with fewer ways keeps its last)."""
         name = type(self).__name__
         each = [data_starts(e, data.observed, self.model, name) for e in data.experiments]
         return [data.with_initial_states([starts[min(j, len(starts) - 1)] for starts in each])

@@ -144,7 +144,8 @@ def start_from_init(estimator, t, Y, data):
         return estimator._initial_theta(), data, ""
     other_name, other = fit_other(estimator, estimator.init, t, Y)
     if isinstance(other, Exception):
-        warn(f"init={estimator.init if isinstance(estimator.init, str) else other_name!r} could not "
+        shown = estimator.init if isinstance(estimator.init, str) else other_name
+        warn(f"init={shown!r} could not "
              f"fit these data, so {type(estimator).__name__} starts from theta0 instead: "
              f"{other}", StartWarning)
         return (estimator._initial_theta(), data,
@@ -161,7 +162,8 @@ def fit_other(estimator, init, t, Y, errors=(ValueError, SklodeError)):
     if isinstance(init, str):
         Other = estimator_class(init)  # the method table: no sibling package imported
         other = Other(estimator.model, theta0=estimator.theta0, x0=estimator.x0,
-                      estimate_x0=estimator.estimate_x0, t0=estimator.t0, observed=estimator.observed,
+                      estimate_x0=estimator.estimate_x0, t0=estimator.t0,
+                      observed=estimator.observed,
                       fixed=estimator.fixed, bounds=estimator.bounds, positive=estimator.positive)
     else:
         other = clone(init)

@@ -42,8 +42,8 @@ POOR_FIT_RATIO = 2.5
 
 
 
-#: A BCD-prox or WENDy fit whose misfit ratio exceeds this (adequate fits measured 0.6-1.8,
-#: most near 1) is checked by an AdjointODE polish as well (:mod:`sklode.diagnostics._adequacy`); so is
+#: A BCD-prox or WENDy fit whose misfit ratio exceeds this (adequate fits measured 0.6-1.8, most
+#: near 1) is checked by an AdjointODE polish as well (:mod:`sklode.diagnostics._adequacy`); so is
 #: every fit on series too short for the ratio. The polish costs about one more fit.
 POLISH_RATIO = 1.5
 
@@ -270,16 +270,15 @@ class Polish:
 def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, polish=None):
     """Judge the fit against its own training data; warn when it is poor.
 
-    Four checks: the misfit ratio against the noise estimated from the data (16 samples
-    per experiment), or R^2 on shorter series; the runs test of the residuals' signs
+    Four checks: the misfit ratio against the noise estimated from the data (16 samples per
+    experiment), or R^2 on shorter series; the runs test of the residuals' signs
     (:func:`sklode.diagnostics._adequacy.residual_runs`) and of their means at times several
-    experiments share (:func:`sklode.diagnostics._adequacy.residual_time_means`): structure a correct
-    model does not leave;
-    and, for a fit that is not itself an output-error optimum (``polish``: what BCD-prox
-    and WENDy pass, :class:`Polish`), an AdjointODE polish from it
+    experiments share (:func:`sklode.diagnostics._adequacy.residual_time_means`): structure a
+    correct model does not leave; and, for a fit that is not itself an output-error optimum
+    (``polish``: what BCD-prox and WENDy pass, :class:`Polish`), an AdjointODE polish from it
     (:func:`sklode.diagnostics._adequacy.polish_gap`) where the misfit ratio cannot judge or exceeds
-    ``POLISH_RATIO`` and the data are small enough (the caller passes no ``polish``
-    where bounds apply: the polish could leave them).
+    ``POLISH_RATIO`` and the data are small enough (the caller passes no ``polish`` where bounds
+    apply: the polish could leave them).
 
     Returns the fitted attributes ``fit_adequate_`` (None when nothing could judge),
     ``misfit_ratio_`` (per observed state, or None), ``residual_runs_z_`` and

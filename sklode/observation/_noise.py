@@ -4,7 +4,7 @@ scale ``s``.
 Each is one small frozen object with its density (``-log L`` of every observation, PEtab's
 convention with every constant), the error its residual rows are written in, what those rows
 leave out of ``-log L`` (:meth:`without_constant`), and the maximum-likelihood scale of given
-errors. :class:`~sklode.observation._likelihood.Observation` builds its residual rows and their
+errors. :class:`~sklode.observation._observation.Observation` builds its residual rows and their
 derivatives from the two attributes every distribution declares: ``log_base`` (0: the error is
 ``y - h``; otherwise ``log_b y - log_b h``, ``log_base`` being ``ln b``) and ``rows``
 (``"squared"``: rows ``e / s`` whose squares sum to the Gaussian part; ``"absolute"``: rows

@@ -266,9 +266,9 @@ class LeastSquaresObjective(_Objective):
     atol : float
         Absolute tolerance of the forward solves.
     observation : Observation, optional
-        The observation and noise model (:class:`sklode.observation._likelihood.Observation`): the data
-        rows are its residual rows (observables, modelled noise, log or Laplace errors)
-        instead of ``(x_observed - Y) / sigma``.
+        The observation and noise model (:class:`sklode.observation._observation.Observation`): the
+        data rows are its residual rows (observables, modelled noise, log or Laplace errors) instead
+        of ``(x_observed - Y) / sigma``.
     doses : sequence of (float, int, float), optional
         Boluses ``(time, state, amount)`` of this experiment.
     theta_map : (ndarray, ndarray), optional
@@ -492,7 +492,8 @@ class LeastSquaresObjective(_Objective):
         x0 : ndarray of shape (n_states,)
             The state at the experiment's start.
         prefetch : tuple, optional
-            Sensitivities to solve along (:func:`~sklode.outputerror._sensitivity.forward_trajectory`).
+            Sensitivities to solve along
+            (:func:`~sklode.outputerror._sensitivity.forward_trajectory`).
 
         Returns
         -------
@@ -576,8 +577,8 @@ class LeastSquaresObjective(_Objective):
     def cost_offset(self):
         """The cost ``1/2 ||r||^2`` minus the data's ``-log L`` (PEtab's convention, every
         constant) when the noise levels are known or modelled: a constant of the data
-        (:meth:`~sklode.observation._likelihood.Observation.cost_offset`), so that an optimiser whose
-        stopping test is relative to the cost can see ``-log L`` itself.
+        (:meth:`~sklode.observation._observation.Observation.cost_offset`), so that an optimiser
+        whose stopping test is relative to the cost can see ``-log L`` itself.
 
         Returns
         -------

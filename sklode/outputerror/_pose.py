@@ -1,6 +1,7 @@
 """Posing the output-error cost from an estimator's settings: the observation model of each
-experiment, the prior on x0 and the invariant penalty, one :class:`~._objective.LeastSquaresObjective`
-per experiment (:func:`objective_for_experiment`), all of them together
+experiment, the prior on x0 and the invariant penalty, one
+:class:`~._objective.LeastSquaresObjective` per experiment (:func:`objective_for_experiment`), all
+of them together
 (:func:`objective_for_experiments`), and :func:`build_objective` from arrays."""
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def uses_observation_layer(model, noise_kind):
 
 
 def observation_for(model, experiment, observed, sigma, noise_kind, noise_range=None):
-    """The :class:`~sklode.observation._likelihood.Observation` of one experiment, or None when the plain
-    weighted residuals suffice (:func:`uses_observation_layer`).
+    """The :class:`~sklode.observation._observation.Observation` of one experiment, or None when the
+    plain weighted residuals suffice (:func:`uses_observation_layer`).
 
     Parameters
     ----------
@@ -68,7 +69,7 @@ def observation_for(model, experiment, observed, sigma, noise_kind, noise_range=
     noise_kind : str or dict
     noise_range : float, optional
         How far below the data's typical size a modelled noise level may fall
-        (:class:`~sklode.observation._likelihood.Observation`; its default when None).
+        (:class:`~sklode.observation._observation.Observation`; its default when None).
 
     Returns
     -------
@@ -126,7 +127,7 @@ integrator, rtol, atol
         For messages.
     noise_range : float, optional
         How far below the data's typical size a modelled noise level may fall before the
-        cost is undefined (:class:`~sklode.observation._likelihood.Observation`).
+        cost is undefined (:class:`~sklode.observation._observation.Observation`).
 
     Returns
     -------

@@ -41,15 +41,15 @@ from ._testfunctions import MAX_TEST_FUNCTIONS
 
 __all__ = ["WENDyODE"]
 
-#: BCD-prox's check of the offset from the output-error optimum, for WENDy, whose standard errors are its own (at or above the output-error
-#: bound), so the step is measured in them. Unbiased, the step's spread is that of WENDy's
-#: estimate minus the nearly efficient optimum's (Hausman): below 1 standard error, and a
-#: step beyond 1.5 comes by chance in at most 13 % per parameter, only where WENDy is far
-#: less precise than the optimum. Chosen on seeds 0-99 of benchmarks/coverage.py (100 draws
-#: per cell): warned 0-8 of 100 fits on the calibrated cells, 27 on FitzHugh-Nagumo at 10 %
-#: (c: mean z +0.9, coverage 0.84; the unwarned fits cover 0.93) and 8-31 on the
-#: Brusselator (d: 0.88; unwarned 0.92-0.99); at 2.0, FitzHugh-Nagumo's unwarned stay at
-#: 0.86. Checked on seeds 100-199 (results/coverage_heldout.md).
+#: BCD-prox's check of the offset from the output-error optimum, for WENDy, whose standard errors
+#: are its own (at or above the output-error bound), so the step is measured in them. Unbiased, the
+#: step's spread is that of WENDy's estimate minus the nearly efficient optimum's (Hausman): below 1
+#: standard error, and a step beyond 1.5 comes by chance in at most 13 % per parameter, only where
+#: WENDy is far less precise than the optimum. Chosen on seeds 0-99 of benchmarks/coverage.py (100
+#: draws per cell): warned 0-8 of 100 fits on the calibrated cells, 27 on FitzHugh-Nagumo at 10 %
+#: (c: mean z +0.9, coverage 0.84; the unwarned fits cover 0.93) and 8-31 on the Brusselator (d:
+#: 0.88; unwarned 0.92-0.99); at 2.0, FitzHugh-Nagumo's unwarned stay at 0.86. Checked on seeds
+#: 100-199 (results/coverage_heldout.md).
 OUTPUT_ERROR_OFFSET = 1.5
 
 
@@ -485,10 +485,10 @@ class WENDyODE(ODEEstimator):
 
     def _bound_noise(self, model, data, theta, x0s, sigma, n_fitted):
         """The noise level per state of the Cramer-Rao bound WENDy's covariance is raised to:
-        the given ``sigma``, else the residuals of the forward solve at the fit unless they
-        exceed ``POOR_FIT_RATIO`` times the model-free estimate (the bootstrap's rule,
-        :func:`sklode.diagnostics._bootstrap.replicate_noise`). The model-free estimate alone errs by up
-        to 40 % on 41 samples and left Lotka-Volterra at 10 % noise covering 86-92 %
+        the given ``sigma``, else the residuals of the forward solve at the fit unless they exceed
+        ``POOR_FIT_RATIO`` times the model-free estimate (the bootstrap's rule,
+        :func:`sklode.diagnostics._bootstrap.replicate_noise`). The model-free estimate alone errs
+        by up to 40 % on 41 samples and left Lotka-Volterra at 10 % noise covering 86-92 %
         (0.91-0.94 with this rule); residuals alone overstate the noise where the forward
         solve drifts (Van der Pol at mu = 4: 98-100 %)."""
         if self.sigma is not None:
