@@ -168,6 +168,7 @@ def test_lorenz96_recovers_the_forcing():
     assert estimation_error(d.X, est.states_) < 3.62  # the reference's estimation error
 
 
+@pytest.mark.slow  # 9 s on two cores: the slow stage of .ci/run
 def test_lambda_plateau_and_lambda_zero(rossler_noisy):
     d, p = rossler_noisy, rossler_noisy.problem
     thetas = []

@@ -90,6 +90,7 @@ def lotka_volterra():
     return make_trajectory("lotka_volterra", noise=0.05, random_state=0)
 
 
+@pytest.mark.slow  # 8 s on two cores: the slow stage of .ci/run
 def test_bcdprox_bootstrap_is_reproducible_and_replaces_the_covariance(lotka_volterra):
     d = lotka_volterra
     kwargs = {"theta0": (2, 2, 5, 2)}
@@ -124,6 +125,7 @@ def test_the_bootstrap_gives_smoothed_initial_values_an_error(lotka_volterra):
     assert np.all(np.isfinite(boot.x0_stderr_) & (boot.x0_stderr_ > 0))
 
 
+@pytest.mark.slow  # 7 s on two cores: the slow stage of .ci/run
 def test_the_bootstrap_does_not_depend_on_n_jobs(lotka_volterra):
     d = lotka_volterra
     fits = [WENDyODE(LotkaVolterra(), n_boot=6, random_state=4, n_jobs=n_jobs).fit(d.t, d.Y)

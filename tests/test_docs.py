@@ -8,7 +8,9 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("page", ["data.md", "trust.md", "errors.md"])
+# data.md fits every estimator on several data sets (29 s on two cores): the slow stage
+@pytest.mark.parametrize("page", [pytest.param("data.md", marks=pytest.mark.slow), "trust.md",
+                                  "errors.md"])
 def test_every_python_block_of_the_page_runs(page):
     text = (DOCS / page).read_text()
     blocks = re.findall(r"```python\n(.*?)\n```", text, flags=re.S)

@@ -323,6 +323,7 @@ def test_cross_validation_splits_by_experiment(Estimator):
     assert np.all(by_fold > 0.9) and np.all(by_subject > 0.9)
 
 
+@pytest.mark.slow  # 5 s on two cores: the slow stage of .ci/run
 def test_grid_search_over_experiments():
     from sklearn.model_selection import GridSearchCV, KFold
 

@@ -38,6 +38,7 @@ def serial():
     return records, grid.cv_results_["mean_test_score"], data
 
 
+@pytest.mark.slow  # 8 s on two cores: the slow stage of .ci/run
 def test_compare_records_do_not_depend_on_n_jobs(serial):
     records, _, _ = serial
     parallel = compare(["lotka_volterra", "seird"], ["bcdprox", "wendy", "adjoint"], trials=2,

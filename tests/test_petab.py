@@ -718,6 +718,7 @@ def test_the_compiled_solve_restarts_past_a_switch_its_steps_cannot_cross():
         assert np.max(np.abs(sens[..., j] - fd)) <= 2e-5 * np.max(np.abs(fd))
 
 
+@pytest.mark.slow  # 12 s on two cores: the slow stage of .ci/run
 def test_cvodes_sensitivities_converge_past_webers_dose_from_its_18th_start():
     # The 18th of the benchmark's starts (problem.starts(20, random_state=0)), posed as the
     # estimator poses it (inside the box, log10 variables): the states solve, and the

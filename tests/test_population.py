@@ -319,6 +319,7 @@ def test_it_is_an_odeestimator_with_the_common_vocabulary(indomethacin_fit):
     np.testing.assert_array_equal(X[0], expected)
 
 
+@pytest.mark.slow  # 12 s on two cores: the slow stage of .ci/run
 def test_bounds_hold_the_population_values():
     # k21's unbounded estimate is 0.80 (nlme's 0.8016); bounded above by 0.7 the direct
     # optimiser (chosen by 'auto' with bounds) ends on the bound, to L-BFGS-B's projection

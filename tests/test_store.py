@@ -39,6 +39,7 @@ def test_a_store_is_written_as_fits_finish_and_skips_them_on_a_rerun(tmp_path):
     assert sorted(rows) == [("adjoint", 3), ("wendy", 3)]
 
 
+@pytest.mark.slow  # 7 s on two cores: the slow stage of .ci/run
 def test_a_killed_campaign_resumes_to_the_uninterrupted_records(tmp_path, capsys):
     store = tmp_path / "killed.sqlite"
     command = [sys.executable, "-m", "sklode.cli", "compare", "--problem", *CAMPAIGN,

@@ -256,6 +256,7 @@ def test_cramer_rao_floor_lies_above_both_and_ignores_units():
     assert_array_equal(cramer_rao_floor(singular, bound), singular)
 
 
+@pytest.mark.slow  # 5 s on two cores: the slow stage of .ci/run
 def test_wendy_standard_errors_match_its_spread_on_41_samples():
     # WENDy's delta-method covariance treats the noisy data inside its regression matrix as
     # exact; on Lotka-Volterra with 41 samples at 10 % noise its z-scores spread 1.41 over
