@@ -79,7 +79,8 @@ def test_seird_gradients_match_finite_differences(name):
     assert_allclose(g_adj, g_fwd, rtol=1e-10, atol=1e-12 * np.max(np.abs(fd)))
 
 
-@pytest.mark.parametrize("free_x0", ["all", "some"])
+# every initial value free takes 4.5 s on two cores: the slow stage of .ci/run
+@pytest.mark.parametrize("free_x0", [pytest.param("all", marks=pytest.mark.slow), "some"])
 def test_lorenz96_gradients_with_partial_observation_match_finite_differences(free_x0):
     # "some": a known initial value for every third state (a per-component estimate_x0 mask).
     d = 10

@@ -141,7 +141,9 @@ def test_noise_free_error_falls_with_the_step_at_the_scheme_order():
     assert errors[0] / errors[1] > 3.5 and errors[1] / errors[2] > 3.5
 
 
-@pytest.mark.parametrize("name", ["lotka_volterra", "rossler", "fitzhugh_nagumo"])
+# FitzHugh-Nagumo's 401 samples take 5 s on two cores: the slow stage of .ci/run
+@pytest.mark.parametrize("name", ["lotka_volterra", "rossler",
+                                  pytest.param("fitzhugh_nagumo", marks=pytest.mark.slow)])
 def test_paper_problems_match_the_reference_implementation(name):
     truth = get_problem(name).theta
     errs, preds = [], []
@@ -190,6 +192,7 @@ def test_lambda_plateau_and_lambda_zero(rossler_noisy):
     assert np.max(np.abs(zero.theta_ - p.theta) / p.theta) > 0.5
 
 
+@pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
 def test_laplace_noise_does_as_well_as_gaussian():
     errs = {"gaussian": [], "laplace": []}
     for dist in errs:
@@ -202,6 +205,7 @@ def test_laplace_noise_does_as_well_as_gaussian():
     assert np.median(errs["laplace"]) <= 1.5 * np.median(errs["gaussian"])
 
 
+@pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
 def test_non_uniform_grid_fits_as_well_as_uniform():
     p0 = get_problem("rossler")
     results = {}

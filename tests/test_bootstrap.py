@@ -134,6 +134,7 @@ def test_the_bootstrap_does_not_depend_on_n_jobs(lotka_volterra):
     assert_array_equal(fits[0].theta_bias_, fits[1].theta_bias_)
 
 
+@pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
 def test_wendy_bootstrap_agrees_with_its_own_covariance(lotka_volterra):
     d = lotka_volterra
     own = WENDyODE(LotkaVolterra()).fit(d.t, d.Y)

@@ -214,6 +214,7 @@ def test_a_date_column_is_read_as_days_since_its_first_date(flu_files, capsys):
     assert "gap.csv column 'date': row 3 has no date" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
 def test_fit_experiment_column_with_a_dose_table_equals_the_python_api(tmp_path, capsys):
     # The shipped indomethacin table (six subjects) and a NONMEM-style dose table: the pooled
     # fit from the command line is the Python API's (same data, settings and start).

@@ -82,6 +82,7 @@ def test_predict_is_order_and_subset_invariant(fitted, lv_data):
     assert_allclose(fitted.predict(lv_data.t[5:9]), full[5:9], rtol=1e-6)  # other step path
 
 
+@pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
 def test_time_shapes_and_dataframe_give_identical_results(lv_data):
     pd = pytest.importorskip("pandas")
     a = ShootingODE(LotkaVolterra(), theta0=(2, 1, 4, 1)).fit(lv_data.t, lv_data.Y)

@@ -129,7 +129,9 @@ def _two_grids(seed, noise=0.3):
                                                                 rng.standard_normal(Xb.shape))
 
 
-@pytest.mark.parametrize("Estimator", [BCDProxODE, WENDyODE], ids=lambda c: c.__name__)
+# BCD-prox's pooled fit takes 5 s on two cores: the slow stage of .ci/run
+@pytest.mark.parametrize("Estimator", [pytest.param(BCDProxODE, marks=pytest.mark.slow),
+                                       WENDyODE], ids=lambda c: c.__name__)
 def test_data_grid_methods_pool_two_experiments(Estimator):
     errors = {"joint": [], "a": [], "b": []}
     for seed in range(8):

@@ -128,6 +128,7 @@ def test_covariance_with_x0_held_when_x0_sensitivities_would_not_fit(monkeypatch
     assert np.all(np.isfinite(held.theta_stderr_))
 
 
+@pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
 def test_bcdprox_recovers_lorenz96_forcing_with_many_states():
     d = 80  # the sparse paths throughout: Jacobian, CG, stability check, sensitivities
     model = Lorenz96(d)
@@ -305,6 +306,7 @@ def test_wide_shooting_by_sensitivities_agrees_with_the_differences(monkeypatch)
     assert np.sqrt(np.mean((exact - x0) ** 2)) < 0.025
 
 
+@pytest.mark.slow  # 3 s on two cores: the slow stage of .ci/run
 def test_sparse_sensitivities_through_stiff_steps_equal_the_dense_pass(monkeypatch):
     import sys
     from pathlib import Path

@@ -91,6 +91,7 @@ def test_an_isolated_extreme_is_named_only_when_far_beyond_the_others():
     assert "The value -9 of 'prey'" in named([1, 2, 1.5, -9, 1, 0.9, 1.2, 1.4])
 
 
+@pytest.mark.slow  # 3 s on two cores: the slow stage of .ci/run
 def test_adjoint_stuck_in_a_local_minimum_warns():
     d = make_trajectory("fitzhugh_nagumo", noise=0.5, random_state=0)
     # From the paper's guess (2, 2, 5) and the first (noisy) observation as x0, single

@@ -146,6 +146,7 @@ def test_noise_corrected_split_removes_the_noise_mean_of_each_feature():
     assert_allclose(slices[0, 2, 1], 1.0)
 
 
+@pytest.mark.slow  # 3 s on two cores: the slow stage of .ci/run
 def test_bias_correction_removes_the_attenuation_of_the_cubic_term():
     p = get_problem("wendy_fitzhugh_nagumo")
     runs = {False: [], True: []}
