@@ -10,7 +10,8 @@ import warnings
 import numpy as np
 from sklearn.utils import check_array
 
-__all__ = ["OLD_OPTIMIZER_SPELLINGS", "LOG_SCALES", "canonical_optimizer", "as_float_array",
+__all__ = ["OLD_OPTIMIZER_SPELLINGS", "LOG_SCALES", "canonical_optimizer", "initial_theta",
+           "as_float_array",
            "bounds_with_positivity", "by_name",
            "check_bounds", "check_fixed", "check_observed", "check_positive",
            "check_sample_weight", "check_theta0", "check_times", "condition_map",
@@ -224,6 +225,49 @@ def check_theta0(theta0, model):
         raise ValueError(f"theta0 must be finite; got {theta0}.")
     return theta0
 
+
+
+def initial_theta(theta0, model, *, bounds, positive, fixed):
+    """``theta0`` as a checked float64 vector inside ``bounds`` and ``positive``.
+
+    A ``theta0`` the user gave outside them is refused (a start the method would have to move
+    without saying so); the model's default guess (``theta0=None``) is moved into them, since
+    the user chose only the bounds. Parameters held by ``fixed`` are not checked.
+
+    Parameters
+    ----------
+    theta0 : array-like of shape (n_params,) or None
+    model : ODEModel
+    bounds : tuple or None
+    positive : bool or array-like of bool
+    fixed : dict or None
+
+    Returns
+    -------
+    ndarray of shape (n_params,)
+    """
+    checked = check_theta0(theta0, model)
+    limits = bounds_with_positivity(bounds, positive, model)
+    if limits is None:
+        return checked
+    lo, hi = limits
+    held = set(fixed or ())
+    free = np.array([name not in held for name in model.param_names])
+    if theta0 is None:
+        inside = np.clip(checked, lo, hi)
+        # a log-scale parameter cannot start at 0: half way into its interval instead
+        at_zero = check_positive(positive, model.n_params) & (inside <= 0)
+        return np.where(at_zero, np.minimum(1.0, hi / 2), inside)
+    outside = free & ((checked < lo) | (checked > hi))
+    if outside.any():
+        k = int(np.flatnonzero(outside)[0])
+        name = model.param_names[k]
+        raise ValueError(
+            f"theta0 starts {name}={checked[k]:g} outside its allowed range "
+            f"[{lo[k]:g}, {hi[k]:g}] (from bounds= and positive=). Start inside it (or "
+            "leave theta0=None: the model's default guess is then moved into it), or "
+            "widen the bounds.")
+    return checked
 
 
 def check_observed(observed, model):

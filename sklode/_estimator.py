@@ -26,16 +26,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ._checks import as_float_array, by_name, check_sample_weight, check_times, initial_theta
 from ._validation import _is_experiment_list, check_experiments, check_series
-from ._checks import (
-    as_float_array,
-    bounds_with_positivity,
-    by_name,
-    check_positive,
-    check_sample_weight,
-    check_theta0,
-    check_times,
-)
 from .diagnostics._assessment import r2_by_state
 from .exceptions import ConvergenceWarning, warn
 from .experiment import Experiment as Given
@@ -122,33 +114,10 @@ class ODEEstimator(RegressorMixin, BaseEstimator):
             min_samples_each=self._min_samples_each())
 
     def _initial_theta(self):
-        """``theta0`` as a checked float64 vector inside ``bounds`` and ``positive``.
-
-        A ``theta0`` the user gave outside them is refused (a start the method would have to
-        move without saying so); the model's default guess (``theta0=None``) is moved into
-        them, since the user chose only the bounds."""
-        theta0 = check_theta0(self.theta0, self.model)
-        limits = bounds_with_positivity(self.bounds, self.positive, self.model)
-        if limits is None:
-            return theta0
-        lo, hi = limits
-        held = set(self.fixed or ())
-        free = np.array([name not in held for name in self.model.param_names])
-        if self.theta0 is None:
-            inside = np.clip(theta0, lo, hi)
-            # a log-scale parameter cannot start at 0: half way into its interval instead
-            at_zero = check_positive(self.positive, self.model.n_params) & (inside <= 0)
-            return np.where(at_zero, np.minimum(1.0, hi / 2), inside)
-        outside = free & ((theta0 < lo) | (theta0 > hi))
-        if outside.any():
-            k = int(np.flatnonzero(outside)[0])
-            name = self.model.param_names[k]
-            raise ValueError(
-                f"theta0 starts {name}={theta0[k]:g} outside its allowed range "
-                f"[{lo[k]:g}, {hi[k]:g}] (from bounds= and positive=). Start inside it (or "
-                "leave theta0=None: the model's default guess is then moved into it), or "
-                "widen the bounds.")
-        return theta0
+        """``theta0`` checked and inside ``bounds`` and ``positive``
+        (:func:`~sklode._checks.initial_theta`)."""
+        return initial_theta(self.theta0, self.model, bounds=self.bounds,
+                             positive=self.positive, fixed=self.fixed)
 
     @staticmethod
     def _data_attributes(data):

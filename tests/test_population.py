@@ -178,7 +178,7 @@ def test_clone_and_params():
     ({"random": ("k10",), "optimizer": "lindstrom-bates", "bounds": (0, 10)},
      "cannot honour bounds"),
     ({"random": ("k10",), "theta0": [1.2, 0.9, 0.8, 0.3], "bounds": (0, [1, 10, 10, 10])},
-     "outside its bounds"),
+     "outside its allowed range"),
 ])
 def test_bad_settings_raise(settings, message):
     subjects = load_indomethacin().experiments[:2]

@@ -12,7 +12,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._checks import check_bounds, check_positive, check_theta0
+from .._checks import check_bounds, check_positive, initial_theta
 from .._estimator import COMMON_CONSTRAINTS, ODEEstimator
 from .._validation import check_experiments
 from ..adjoint import AdjointODE
@@ -244,7 +244,10 @@ class MixedEffectsODE(ODEEstimator):
 
     def _layout(self, model, data):
         names, random = self._random_indices(model)
-        theta = check_theta0(self.theta0, model).copy()
+        # inside the bounds as on every estimator (positive=None: no positivity bound)
+        theta = np.array(initial_theta(
+            self.theta0, model, bounds=self.bounds,
+            positive=False if self.positive is None else self.positive, fixed=self.fixed))
         held = np.zeros(model.n_params, dtype=bool)
         for name in self.fixed or {}:
             if name not in model.param_names:
@@ -253,16 +256,6 @@ class MixedEffectsODE(ODEEstimator):
             k = model.param_names.index(name)
             held[k], theta[k] = True, float(self.fixed[name])
         limits = check_bounds(self.bounds, model.n_params, model.param_names)
-        if limits is not None:
-            lo, hi = limits
-            outside = ~held & ((theta < lo) | (theta > hi))
-            if self.theta0 is None:  # the model's guess: moved inside, the user chose bounds
-                theta = np.where(held, theta, np.clip(theta, lo, hi))
-            elif outside.any():
-                k = int(np.flatnonzero(outside)[0])
-                raise ValueError(f"theta0 starts {model.param_names[k]}={theta[k]:g} outside "
-                                 f"its bounds [{lo[k]:g}, {hi[k]:g}]: start inside them, or "
-                                 "leave theta0=None (the model's guess is moved inside).")
         if np.any(theta[random] <= 0):
             bad = [names[i] for i in np.flatnonzero(theta[random] <= 0)]
             raise ValueError(f"The random parameters {bad} must start positive "
