@@ -309,8 +309,9 @@ def native_solver_or_warn(model):
     """``model.native_solver()``, or None after a :class:`CompilationWarning` (once per
     model) saying why it cannot be compiled."""
     native = model.native_solver()
-    if native is None and not derived(model).native_warned:
-        derived(model).native_warned = True
+    forms = derived(model)
+    if native is None and not forms.native_warned:
+        forms.native_warned = True
         warn(f"integrator='CVODES' is not available for {model!r} "
              f"({model.native_unavailable_reason()}); using LSODA.", CompilationWarning)
     return native

@@ -82,9 +82,8 @@ class LogNormal(Normal):
 
     def neg_log_likelihood(self, y, h, s):
         """``-log L`` of each observation, the Jacobian of the log included."""
-        base = self.log_base
-        e = (np.log(y) - np.log(h)) / base
-        return np.log(s) + HALF_LOG_2PI + np.log(y * base) + 0.5 * (e / s) ** 2
+        e = self.errors(y, h)
+        return np.log(s) + HALF_LOG_2PI + np.log(y * self.log_base) + 0.5 * (e / s) ** 2
 
     def without_constant(self, per, y):
         """``per`` less ``log(2 pi)/2`` and the density's ``log(y ln b)``."""
