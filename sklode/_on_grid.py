@@ -541,9 +541,8 @@ def finish_fit(estimator, *, given, fitted_data, split, uncertainty, fitted, the
     n_x0 = int(estimated_x0_mask(fitted_data).sum())
     x0s = split.x0_back(x0s)
     attributes = bootstrap_attributes(estimator, given, theta, x0s, fitted, attributes)
-    polish = None if has_bounds(estimator) else Polish(
-        fitted=fitted, sigma=estimator.sigma, noise_kind=estimator.noise_kind,
-        positive=estimator.positive, init=init)
+    polish = Polish(fitted=fitted, sigma=estimator.sigma, noise_kind=estimator.noise_kind,
+                    positive=estimator.positive, init=None if has_bounds(estimator) else init)
     assessment = assess_fit(model, given, theta, x0s, estimator_name=name, advice=advice,
                             options=options, polish=polish)
     attributes = dict(

@@ -22,7 +22,7 @@ from .._checks import (
     check_fixed,
     check_positive,
 )
-from ..diagnostics._assessment import assess_fit, likelihood_attributes
+from ..diagnostics._assessment import Polish, Restarts, assess_fit, likelihood_attributes
 from ..diagnostics._uncertainty import (
     fit_uncertainty,
     reduced_chi_square,
@@ -61,6 +61,11 @@ __all__ = ["AdjointODE"]
 # times (each failure costs one forward solve, up to the blow-up): on Borghans_BiophysChem1997
 # 10 of 20 uniform starts in the PEtab bounds could not be integrated.
 _REDRAWS = 10
+#: Random starts a poor single-start fit is refitted from before its warning calls it a local
+#: minimum or not (about three more fits, paid only by a poor fit).
+_CHECK_RESTARTS = 3
+# the init= name of each estimator data_start may fit
+_INIT_NAMES = {"WENDyODE": "wendy", "BCDProxODE": "bcdprox"}
 
 
 class _Posed(NamedTuple):
@@ -475,9 +480,14 @@ default=False
                            "integrated in the end)")
 
         x0, theta = objective.split(objective.to_z(res.u))
-        self._warn_at_bounds(theta, fitted)
+        at_bound = self._warn_at_bounds(theta, fitted)
+        # where the optimiser started, to tell a runaway from a converged estimate
+        start_z = np.concatenate([np.full(objective.n_x0, np.nan), theta0[fitted]])
         uncertainty = fit_uncertainty(objective, res.u,
-                                      unknown_names(objective, problem.model, data.several))
+                                      unknown_names(objective, problem.model, data.several),
+                                      start=start_z if len(starts) == 1 else None,
+                                      at_bound=np.concatenate([np.zeros(objective.n_x0, bool),
+                                                               at_bound[fitted]]))
         z0s = x0
         if problem.transformed is not None:
             x0 = problem.transformed.to_x(x0)
@@ -500,10 +510,63 @@ default=False
                                     sigma=self.sigma, noise_kind=self.noise_kind,
                                     n_fitted=int(fitted.sum()) + objective.n_x0),
             **assess_fit(self.model, data, theta, x0, estimator_name=type(self).__name__,
-                         advice="A local minimum is likely: try another theta0"
-                         + ("" if self.init is not None else ", or init='bcdprox' or 'wendy'")
-                         + ".", options=self._simulation_options()),
+                         advice="", options=self._simulation_options(),
+                         polish=Polish(fitted=fitted, sigma=self.sigma,
+                                       noise_kind=self.noise_kind, positive=self.positive,
+                                       init=None),
+                         restarts=lambda: self._restarts(
+                             t, Y, objective.cost(res.u), start_costs, best, outcomes, starts,
+                             theta0, fitted)),
             **self._data_attributes(data))
+
+    def _restarts(self, t, Y, cost, start_costs, best, outcomes, starts, theta0, fitted):
+        """:class:`Restarts` for a poor fit's warning: the other starts of this fit where
+        there were some, else ``_CHECK_RESTARTS`` random ones fitted now."""
+        if len(starts) > 1:
+            others = [k for k in range(len(starts)) if k != best]
+            thetas = [outcomes[k][0].split(outcomes[k][0].to_z(outcomes[k][1].u))[1]
+                      if not isinstance(outcomes[k][1], Exception) else theta0
+                      for k in others]
+            return Restarts(cost, start_costs[others], thetas,
+                            f"this fit's {len(others)} other start(s)",
+                            ["theta0 near that point"] * len(others))
+        # none yet: refit from _CHECK_RESTARTS others now
+        posed = starts[0][1]
+        tried = []
+        # random starts around a poor theta0 are mostly poor too: the first other start is
+        # a gradient-free method's fit, which does not integrate from a guess
+        found = data_start(self, t, Y) if self.init is None else None
+        if found is not None:
+            name, other = found
+            tried.append((np.where(fitted, other.theta_, theta0),
+                          self._fitted_states(posed.data.with_initial_states(other.x0_))))
+            what = f"a start from {name}'s fit and "
+            remedies = [f"init={_INIT_NAMES.get(name, name)!r} (or n_starts=2, whose second "
+                        f"start is {name}'s fit)"]
+        else:
+            what, remedies = "", []
+        n_random = _CHECK_RESTARTS - len(tried)
+        tried += [(start, posed) for start in random_starts(
+            self, theta0, fitted, n_random=n_random,
+            rng=check_random_state(self.random_state))[0][1:]]
+        what += (f"{n_random} random starts around theta0 (a factor of e at one standard "
+                 "deviation)" if self.bounds is None else f"{n_random} random starts in the "
+                 "bounds")
+
+        def one(start, posed):
+            with warnings.catch_warnings():  # their own convergence is not the question
+                warnings.simplefilter("ignore")
+                objective, res = self._solve(posed, start, fitted)
+            if isinstance(res, Exception):
+                return np.inf, start
+            return objective.cost(res.u), objective.split(objective.to_z(res.u))[1]
+
+        outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
+            delayed(one)(start, posed) for start, posed in tried)
+        remedies += [f"more starts (n_starts={_CHECK_RESTARTS + 1}, random_state="
+                     f"{self.random_state!r}) or theta0 near that point"] * n_random
+        return Restarts(cost, np.array([c for c, _ in outcomes]), [t for _, t in outcomes],
+                        what, remedies)
 
     def profile_intervals(self, t, Y=None, level=0.95, *, parameters=None):
         """Profile-likelihood confidence intervals for ``theta_`` on the data ``fit`` saw.
@@ -727,10 +790,11 @@ default=False
 
     def _warn_at_bounds(self, theta, fitted):
         """:class:`BoundWarning` naming the fitted parameters that ended on a finite bound
-        (within 1e-6 of the box's width, on the optimiser's scale)."""
+        (within 1e-6 of the box's width, on the optimiser's scale); returns which did."""
         checked = check_bounds(self.bounds, self.model.n_params, self.model.param_names)
+        at_bound = np.zeros(self.model.n_params, dtype=bool)
         if checked is None:
-            return
+            return at_bound
         lower, upper = checked
         log_scale = check_positive(self.positive, self.model.n_params)
         at = []
@@ -742,11 +806,13 @@ default=False
             for bound, side in ((lo, "lower"), (hi, "upper")):
                 if np.isfinite(bound) and abs(value - bound) <= 1e-6 * width:
                     at.append(f"{self.model.param_names[i]} = {theta[i]:.4g} ({side})")
+                    at_bound[i] = True
         if at:
             warn(f"{type(self).__name__}: {len(at)} fitted parameter(s) ended on a bound: "
                  f"{', '.join(at[:8])}{' ...' if len(at) > 8 else ''}. The optimum may lie "
                  "beyond (widen the bound unless it is a physical limit); their standard "
                  "errors ignore the bound.", BoundWarning)
+        return at_bound
 
 
     def _bounds_in_u(self, objective, on_x0):

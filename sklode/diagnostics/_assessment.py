@@ -19,6 +19,7 @@ from ..observation._likelihood import data_neg_log_likelihood, information_crite
 from ..outputerror._predict import predicted_observables, states_at_observations
 from ._adequacy import (
     RUNS_FRACTION,
+    experiment_differences,
     RUNS_Z,
     polish_gap,
     residual_runs,
@@ -26,7 +27,7 @@ from ._adequacy import (
     residuals,
 )
 
-__all__ = ["POOR_FIT_RATIO", "Polish", "assess_fit", "explained_variance", "isolated_extreme",
+__all__ = ["POOR_FIT_RATIO", "Polish", "Restarts", "assess_fit", "explained_variance", "isolated_extreme",
            "likelihood_attributes", "misfit_ratios", "r2_by_state"]
 
 logger = logging.getLogger("sklode")
@@ -256,29 +257,117 @@ def misfit_ratios(model, theta, data, x0s, options):
 
 @dataclass(frozen=True)
 class Polish:
-    """What an AdjointODE polish from a fit needs (:func:`assess_fit`): the fitted-parameter
-    mask, the fit's noise settings, and the ``init=`` name that starts AdjointODE from this
-    method's fit (named in the warning's advice)."""
+    """How a fit was posed (:func:`assess_fit`): the fitted-parameter mask and the fit's noise
+    settings, which the output-error checks pose again, and the ``init=`` name that starts
+    AdjointODE from this method's fit (named in the warning's advice); ``init=None``: no
+    AdjointODE polish (the fit is an output-error optimum already, or bounds apply that the
+    polish could leave)."""
 
     fitted: np.ndarray
     sigma: object
     noise_kind: object
     positive: object
-    init: str
+    init: str | None
 
 
-def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, polish=None):
+@dataclass(frozen=True)
+class Restarts:
+    """Refits of an output-error fit from other starts (:func:`assess_fit` asks for them only
+    when the fit is poor, to test "a local minimum" before saying it).
+
+    Attributes
+    ----------
+    cost : float
+        The fit's cost.
+    costs : ndarray of shape (n_restarts,)
+        Each other start's final cost (inf where it could not be integrated).
+    thetas : list of ndarray
+        Each other start's final parameters.
+    tried : str
+        What the other starts were, for the message (e.g. "3 random starts").
+    remedies : list of str
+        What to pass to reach each other start's optimum (e.g. "init='wendy'").
+    """
+
+    cost: float
+    costs: np.ndarray
+    thetas: list
+    tried: str
+    remedies: list
+
+
+#: A restart whose cost is below the fit's by more than this fraction found another optimum.
+#: The optimiser stops at a relative cost change of ``tol`` (1e-8 by default): two runs to the
+#: same optimum agree to far better than this.
+_SAME_OPTIMUM = 1e-4
+
+
+def _pooling_sentence(differences):
+    """Evidence that the experiments differ (a pooled parameter is the problem), or ''."""
+    if differences is None or not differences.differ:
+        return ""
+    return (f" The experiments differ from one another: parameters of each experiment's own "
+            f"would remove {100 * differences.share:.0f} % of the residual sum of squares "
+            f"(F = {differences.f:.3g}, where independent noise stays below "
+            f"{differences.threshold:.3g}), so a parameter pooled over them differs between "
+            "them: MixedEffectsODE fits one per experiment (random=[...]), or give each its "
+            "own through Experiment(conditions=...).")
+
+
+def _optimizer_evidence(name, restarts, gap, polish, advice):
+    """What was tried to tell a local minimum from a model that cannot describe the data:
+    ``(sentence, the optimiser is the problem)``; the method's own ``advice`` only where
+    nothing could be tried, and then marked untried."""
+    if restarts is not None:
+        finite = np.isfinite(restarts.costs)
+        if finite.any():
+            k = int(np.argmin(np.where(finite, restarts.costs, np.inf)))
+            lowest = restarts.costs[k]
+            if lowest < restarts.cost * (1 - _SAME_OPTIMUM):
+                theta = np.array2string(np.asarray(restarts.thetas[k]), precision=4)
+                return (f" Tried {restarts.tried}: one reached a cost {lowest:.6g}, "
+                        f"{100 * (1 - lowest / restarts.cost):.1f} % below this fit's "
+                        f"{restarts.cost:.6g}, at theta {theta}: this fit is a local "
+                        f"minimum. Fit with {restarts.remedies[k]}.", True)
+            return (f" Tried {restarts.tried}: {int(finite.sum())} reached no lower cost "
+                    f"(lowest {lowest:.6g}, this fit {restarts.cost:.6g}), so the optimiser "
+                    "is not the likely problem: the model, as posed, does not describe these "
+                    "data.",
+                    False)
+    if gap is not None:
+        drop = 100 * (gap.cost / gap.polished_cost - 1) if gap.polished_cost > 0 else 0.0
+        if gap.statistic > gap.threshold:
+            return (f" An AdjointODE polish from this fit lowers the cost by {drop:.0f} % "
+                    f"(to theta {np.round(gap.theta, 4).tolist()}), so {name} stopped short "
+                    f"of the output-error optimum: fit AdjointODE(init={polish.init!r}) for "
+                    f"it.{' Within ' + name + ': ' + advice if advice else ''}", True)
+        return (f" An AdjointODE polish from this fit lowers the cost by only {drop:.1f} % "
+                f"({gap.statistic:.1f} residual variances, where the noise explains up to "
+                f"{gap.threshold:.1f}): {name}'s estimate is as good as the output-error "
+                "optimum here, and the model, as posed, does not describe these data.", False)
+    return (f" Not tried, so only a possibility: {advice}" if advice else "", None)
+
+
+def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, polish=None,
+               restarts=None):
     """Judge the fit against its own training data; warn when it is poor.
 
-    Four checks: the misfit ratio against the noise estimated from the data (16 samples per
+    Five checks: the misfit ratio against the noise estimated from the data (16 samples per
     experiment), or R^2 on shorter series; the runs test of the residuals' signs
     (:func:`sklode.diagnostics._adequacy.residual_runs`) and of their means at times several
     experiments share (:func:`sklode.diagnostics._adequacy.residual_time_means`): structure a
-    correct model does not leave; and, for a fit that is not itself an output-error optimum
+    correct model does not leave; whether the experiments' mean residuals differ
+    (:func:`sklode.diagnostics._adequacy.experiment_differences`: a parameter pooled over
+    experiments that differ); and, for a fit that is not itself an output-error optimum
     (``polish``: what BCD-prox and WENDy pass, :class:`Polish`), an AdjointODE polish from it
-    (:func:`sklode.diagnostics._adequacy.polish_gap`) where the misfit ratio cannot judge or exceeds
-    ``POLISH_RATIO`` and the data are small enough (the caller passes no ``polish`` where bounds
-    apply: the polish could leave them).
+    (:func:`sklode.diagnostics._adequacy.polish_gap`) where the misfit ratio cannot judge or
+    exceeds ``POLISH_RATIO`` and the data are small enough (the caller passes no ``polish``
+    where bounds apply: the polish could leave them).
+
+    A poor fit's warning says what was tried to find its cause: the polish, or ``restarts``
+    (a callable returning :class:`Restarts`, called only for a poor fit: AdjointODE's refits
+    from other starts). ``advice`` (the method's own suggestion) is given, marked untried,
+    only where neither could run.
 
     Returns the fitted attributes ``fit_adequate_`` (None when nothing could judge),
     ``misfit_ratio_`` (per observed state, or None), ``residual_runs_z_`` and
@@ -289,19 +378,34 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
     name = estimator_name
     ratios = misfit_ratios(model, theta, data, x0s, options)
     adequate = None if ratios is None else bool(np.all(ratios <= POOR_FIT_RATIO))
+    attributes = {"misfit_ratio_": ratios, "residual_runs_z_": None,
+                  "residual_time_means_": None, "output_error_excess_": None}
+    fit_residuals = residuals(model, theta, data, x0s, options)  # one solve each
+    # the polish costs about one more fit: run it where the cheap checks cannot judge
+    # (too few samples per experiment for the noise) or the fit is suspect
+    suspect = ratios is None or np.max(ratios) > POLISH_RATIO
+    differences = None
+    if polish is not None and suspect:  # one sensitivity solve per experiment
+        differences = experiment_differences(
+            model, data, theta, x0s, polish.fitted, sigma=polish.sigma,
+            noise_kind=polish.noise_kind, positive=polish.positive, options=options)
+    pooled = _pooling_sentence(differences)
+    gap = None
+    if polish is not None and polish.init is not None and suspect:
+        gap = polish_gap(model, data, theta, x0s, polish.fitted, sigma=polish.sigma,
+                         noise_kind=polish.noise_kind, positive=polish.positive,
+                         options=options)
+        if gap is not None:
+            attributes["output_error_excess_"] = gap.statistic
+
+    miss = None
     if ratios is None:  # too few samples to estimate the noise: judge by R^2
         r2 = explained_variance(model, theta, data, x0s, options)
         if r2 < POOR_FIT_R2:
-            outlier = isolated_extreme(data, model.observables)
-            warn(
-                f"{name} fits its training data poorly: the fitted trajectory "
-                f"explains R^2 = {r2:.2f} of the observations' variance (below "
-                f"{POOR_FIT_R2:g}; the series is too short to estimate its noise). "
-                f"theta_ may be a local optimum or the method may not suit these data."
-                f"{outlier} {advice}", PoorFitWarning)
-            adequate = False
+            miss = (f"the fitted trajectory explains R^2 = {r2:.2f} of the observations' "
+                    f"variance (below {POOR_FIT_R2:g}; the series is too short to estimate "
+                    "its noise)")
     elif not adequate:
-        outlier = isolated_extreme(data, model.observables)
         worst = int(np.argmax(ratios))
         state = model.observables[data.observed[worst]]
         if not np.isfinite(ratios[worst]):  # no prediction to measure: say so plainly
@@ -312,17 +416,15 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
             miss = (f"the prediction misses {state!r} by {ratios[worst]:.3g} noise levels "
                     f"(RMS of the residual over the noise estimated from the data; an "
                     f"adequate fit is near 1, poor above {POOR_FIT_RATIO:g})")
-        warn(
-            f"{name} fits its training data poorly: {miss}. theta_ may be "
-            f"a local optimum or the method may not suit these data.{outlier} {advice}",
-            PoorFitWarning)
-    attributes = {"misfit_ratio_": ratios, "residual_runs_z_": None,
-                  "residual_time_means_": None, "output_error_excess_": None}
-    if adequate is False:
+    if miss is not None:
+        outlier = isolated_extreme(data, model.observables)
+        evidence, _ = _optimizer_evidence(name, restarts() if restarts is not None else None,
+                                          gap, polish, advice)
+        warn(f"{name} fits its training data poorly: {miss}.{outlier}{evidence}{pooled}",
+             PoorFitWarning)
         attributes["fit_adequate_"] = False
         return attributes
 
-    fit_residuals = residuals(model, theta, data, x0s, options)  # one solve each
     runs = None if fit_residuals is None else residual_runs(fit_residuals)
     if runs is not None:
         z, fraction = runs
@@ -335,8 +437,8 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
                  f"({100 * fraction[worst]:.0f} % of the sign changes independent noise "
                  f"gives, runs test z = {z[worst]:.1f}). The model misses a systematic "
                  "part of the data: it may be misspecified, or the fit follows the wrong "
-                 "part of an oscillation. Compare predict() with the data.",
-                 PoorFitWarning)
+                 "part of an oscillation. Compare predict() with the data."
+                 + pooled, PoorFitWarning)
             adequate = False
 
     means = None if fit_residuals is None else residual_time_means(fit_residuals, data)
@@ -344,36 +446,29 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
         statistic, threshold = means
         attributes["residual_time_means_"] = statistic
         flagged = np.flatnonzero(statistic > threshold)
-        if flagged.size:
+        if flagged.size and adequate is not False:
             worst = int(flagged[np.argmax(statistic[flagged] / threshold[flagged])])
             state = model.observables[data.observed[worst]]
             warn(f"{name}: the residuals of {state!r} miss the experiments the same way at "
                  f"the same times (time-means statistic {statistic[worst]:.0f}, where "
                  f"independent noise stays below {threshold[worst]:.0f}): the model's "
-                 "shape does not follow the data (misspecified), or a shared parameter "
-                 "differs between experiments (see MixedEffectsODE).", PoorFitWarning)
+                 "shape does not follow the data (misspecified)." + pooled, PoorFitWarning)
+            adequate = False
+        elif flagged.size:
             adequate = False
 
-    # the polish costs about one more fit: run it where the cheap checks cannot judge
-    # (too few samples per experiment for the noise) or the fit is suspect
-    suspect = ratios is None or np.max(ratios) > POLISH_RATIO
-    if polish is not None and suspect:
-        gap = polish_gap(model, data, theta, x0s, polish.fitted, sigma=polish.sigma,
-                         noise_kind=polish.noise_kind, positive=polish.positive,
-                         options=options)
-        if gap is not None:
-            attributes["output_error_excess_"] = gap.statistic
-            if gap.statistic > gap.threshold:
-                excess = 100 * (gap.cost / gap.polished_cost - 1)
-                warn(f"{name}'s estimate is a second-best for the output error: an "
-                     f"AdjointODE polish from this fit lowers the cost by {excess:.0f} % "
-                     f"({gap.statistic:.1f} residual variances, where the noise "
-                     f"explains up to {gap.threshold:.1f}), to theta "
-                     f"{np.round(gap.theta, 4).tolist()}. Fit AdjointODE(init="
-                     f"{polish.init!r}) for the output-error "
-                     "optimum.", PoorFitWarning)
-                adequate = False
-            elif adequate is None:
-                adequate = True
+    if gap is not None:
+        if gap.statistic > gap.threshold:
+            excess = 100 * (gap.cost / gap.polished_cost - 1)
+            warn(f"{name}'s estimate is a second-best for the output error: an "
+                 f"AdjointODE polish from this fit lowers the cost by {excess:.0f} % "
+                 f"({gap.statistic:.1f} residual variances, where the noise "
+                 f"explains up to {gap.threshold:.1f}), to theta "
+                 f"{np.round(gap.theta, 4).tolist()}. Fit AdjointODE(init="
+                 f"{polish.init!r}) for the output-error "
+                 "optimum.", PoorFitWarning)
+            adequate = False
+        elif adequate is None:
+            adequate = True
     attributes["fit_adequate_"] = adequate
     return attributes

@@ -40,6 +40,17 @@ COLLINEARITY_TOL = 1e-6
 #: relative units: 1 = 100 %, so the 95 % interval spans zero and beyond) is practically
 #: unidentifiable: the data leave it free, though not exactly.
 PRACTICAL_TOL = 1.0
+#: A single unknown whose standard error exceeds this many times its value is practically
+#: unidentifiable on its own: its 95 % interval spans -20 to +20 times the value, so not
+#: even its order of magnitude is determined (ChickWeight's pooled logistic: a carrying
+#: capacity of 3.2e9 g with a standard error 9.3e5 times that). Between PRACTICAL_TOL and
+#: this, a lone unknown is named only with a second sign that the data do not hold it
+#: (``ORDERS_FROM_START`` or a bound): a weak but real effect, e.g. a covariate slope, often
+#: has a standard error near its value, and theta_stderr_ already says so.
+LONE_PRACTICAL_TOL = 10.0
+#: An unknown whose standard error exceeds PRACTICAL_TOL times its value and that ended this
+#: many decades from its start ran away rather than converged to a value the data hold.
+ORDERS_FROM_START = 3.0
 # A column this much smaller than the largest (both in relative units) is a zero sensitivity.
 _ZERO_COLUMN = 1e-10
 # Components of a weak direction (unit vector) at least this large are named in it.
@@ -107,7 +118,8 @@ def _data_row_columns(objective):
     return columns, present
 
 
-def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None, bound_sigma=None):
+def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None, bound_sigma=None,
+                    start=None, at_bound=None):
     """The Gauss-Newton covariance of the unknowns at ``u`` and the identifiability check.
 
     Parameters
@@ -137,6 +149,13 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None, bound
         (``noise``). A fit whose forward solve drifts from the data overstates the noise
         in its residuals, and a bound from them overstates the spread (Van der Pol at
         mu = 4, WENDy: z-scores spread 0.55-0.83 and 98-100 % coverage).
+    start : ndarray of shape (n_unknowns,), optional
+        Where the optimiser started, in the unknowns ``z`` (NaN where unknown): an unknown
+        with a large standard error that ended ``ORDERS_FROM_START`` decades from it is
+        named (:data:`LONE_PRACTICAL_TOL`).
+    at_bound : ndarray of bool of shape (n_unknowns,), optional
+        The unknowns that ended on a bound: named likewise when their standard error is
+        large.
 
     Returns
     -------
@@ -180,7 +199,7 @@ def fit_uncertainty(objective, u, names, *, noise="given", theta_cov=None, bound
     return _covariance(J, chi2, objective.to_z(u), _typical_sizes(objective, u), names,
                        objective.n_x0, theta_cov,
                        residual=r if not modelled and r.shape == J.shape[:1] else None,
-                       bound_J=bound_J)
+                       bound_J=bound_J, start=start, at_bound=at_bound)
 
 
 def reduced_chi_square(objective, u):
@@ -281,7 +300,7 @@ def _typical_sizes(objective, u):
 
 
 def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None,
-                bound_J=None):
+                bound_J=None, start=None, at_bound=None):
     """``chi2 (J^T J)^-1`` computed on unit-length columns; unknowns in a structurally
     unidentifiable direction set to infinite variance; practically unidentifiable ones kept
     (their variance is already large) but named. With ``residual`` (weighted as ``J``, its
@@ -294,8 +313,14 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None,
     size = norms * sizes  # each column in relative units
     dead = size <= _ZERO_COLUMN * max(float(np.max(size, initial=0.0)), 1e-300)
     live = np.flatnonzero(~dead)
-    unidentifiable = [f"{names[k]} (the observations do not depend on it)"
-                      for k in np.flatnonzero(dead)]
+    unidentifiable = []
+    for k in np.flatnonzero(dead):
+        ran = ""
+        if start is not None and np.isfinite(start[k]) and start[k] * z[k] > 0:
+            decades = abs(np.log10(abs(z[k]) / abs(start[k])))
+            if decades >= ORDERS_FROM_START:  # it ran to where nothing depends on it
+                ran = f" at {z[k]:.3g}, {decades:.0f} decades from its start {start[k]:.3g}"
+        unidentifiable.append(f"{names[k]} (the observations do not depend on it{ran})")
     structural = set(np.flatnonzero(dead).tolist())
     named = set()  # the sets of unknowns already named: one sentence each
     cov = np.zeros((n, n))
@@ -348,6 +373,24 @@ def _covariance(J, chi2, z, sizes, names, n_x0=0, theta_cov=None, residual=None,
             unidentifiable.append(
                 _combination([names[k] for k in keep[members]], signs)
                 + f" (standard error {np.sqrt(value):.2g} times the values)")
+        in_named = set().union(*named) if named else set()
+        for k in keep:  # lone unknowns: their own relative standard error
+            if k in in_named:
+                continue  # already part of a named combination
+            relative = np.sqrt(max(cov[k, k], 0.0)) / sizes[k]
+            if not relative > PRACTICAL_TOL:
+                continue
+            evidence = []
+            if start is not None and np.isfinite(start[k]) and start[k] * z[k] > 0:
+                decades = abs(np.log10(abs(z[k]) / abs(start[k])))
+                if decades >= ORDERS_FROM_START:
+                    evidence.append(f"it ran {decades:.1f} decades from its start "
+                                    f"{start[k]:.3g} to {z[k]:.3g}")
+            if at_bound is not None and at_bound[k]:
+                evidence.append(f"it ended on a bound at {z[k]:.3g}")
+            if relative > LONE_PRACTICAL_TOL or evidence:
+                unidentifiable.append(f"{names[k]} (standard error {relative:.2g} times its "
+                                      "value" + "".join("; " + e for e in evidence) + ")")
     if structural:
         bad = sorted(structural)
         cov[bad, :] = np.nan
@@ -401,9 +444,11 @@ def warn_unidentifiable(estimator_name, unidentifiable):
     """
     if not unidentifiable:
         return
-    # a practical one carries its (finite) relative standard error in its description
-    practical = [u for u in unidentifiable if u.endswith("times the values)")]
-    structural = [u for u in unidentifiable if u not in practical]
+    # a practical one carries its (finite) relative standard error in its description; a
+    # lone unknown's says "times its value", a combination's "times the values"
+    lone = [u for u in unidentifiable if "times its value" in u]
+    practical = [u for u in unidentifiable if "times the values)" in u]
+    structural = [u for u in unidentifiable if u not in practical and u not in lone]
     sentences = []
     if structural:
         sentences.append(
@@ -412,13 +457,19 @@ def warn_unidentifiable(estimator_name, unidentifiable):
             "combination fits equally well.")
     if practical:
         sentences.append(
-            ("The data also barely pin down " if structural else "the data barely pin down ")
+            ("The data also barely pin down " if sentences else "the data barely pin down ")
             + "; ".join(practical) + ": their standard errors are finite but large, and "
             "confidence intervals from them are not to be trusted (profile_intervals follows "
             "the cost instead).")
-    warn(f"{estimator_name}: " + " ".join(sentences) + " Fix one of them (fixed={...} or a "
-         "known x0), observe another state, or add an experiment that separates them.",
-         IdentifiabilityWarning)
+    if structural or practical:
+        sentences.append("Fix one of them (fixed={...} or a known x0), observe another "
+                         "state, or add an experiment that separates them.")
+    if lone:
+        sentences.append(
+            ("The data do not determine " if sentences else "the data do not determine ")
+            + "; ".join(lone) + ": the estimate is not a measurement of it. Hold it at a "
+            "known value (fixed={...}), use a model without it, or add data where it acts.")
+    warn(f"{estimator_name}: " + " ".join(sentences), IdentifiabilityWarning)
 
 
 def uncertainty_at_fit(model, data, theta, x0s, *, fitted, sigma=None, noise_kind="absolute",
