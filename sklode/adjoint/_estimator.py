@@ -48,6 +48,7 @@ from ..outputerror._optimize import (
 from ..outputerror._pose import objective_for_experiments
 from ._profile import profile_interval
 from ._starts import (
+    usable_start,
     data_start,
     grown_horizon_fit,
     random_starts,
@@ -253,7 +254,10 @@ default=False
     theta_stderr_ : ndarray of shape (n_params,)
         Square roots of the diagonal of ``theta_cov_``.
     start_costs_ : ndarray of shape (n_starts,)
-        The final cost of every start (``inf`` where it could not be integrated).
+        The final cost of every start (``inf`` where it could not be integrated): its
+        ``-log L``, on the scale of ``neg_log_likelihood_``, where the noise is known
+        (``sigma``) or modelled (``noise_sd``, a model's error parameters); half the sum of
+        squared residuals where the noise level is estimated from them.
     n_starts_at_best_ : int
         Starts whose cost ended within 0.1 of the best (with a noise model the cost is
         ``-log L`` up to a constant, so 0.1 log-likelihood units).
@@ -425,7 +429,7 @@ default=False
             found = data_start(self, t, Y)
             if found is not None:
                 name, other = found
-                starts[1] = (np.where(fitted, other.theta_, theta0),
+                starts[1] = (usable_start(self, other.theta_, theta0, fitted),
                              self._fitted_states(data.with_initial_states(other.x0_)))
                 start_note += f"; start 1 from {name}'s fit"
                 redrawable.discard(1)
@@ -450,10 +454,14 @@ default=False
             n_redrawn += int(redraws > 0)
             if self.verbose and len(starts) > 1:  # progress per start on long problems
                 status = (f"could not be integrated ({res})" if isinstance(res, Exception)
-                          else f"cost {objective.cost(res.u):.6g}")
+                          else f"{self._cost_name(objective)} "
+                          f"{objective.cost(res.u) - self._cost_shift(objective):.6g}")
                 print(f"{type(self).__name__} start {len(outcomes)}/{len(starts)}: {status}",
                       flush=True)
-        finished = [(objective.cost(res.u), k) for k, (objective, res) in enumerate(outcomes)
+        # every start's cost on the scale of neg_log_likelihood_ where it is -log L up to a
+        # constant of the data (noise known or modelled), so the two can be compared
+        finished = [(objective.cost(res.u) - self._cost_shift(objective), k)
+                    for k, (objective, res) in enumerate(outcomes)
                     if not isinstance(res, Exception)]
         if not finished:
             raise outcomes[0][1]  # no start could be integrated: the first one's reason
@@ -469,7 +477,7 @@ default=False
             n_solves += grown_solves
             if grown is not None:
                 objective, res = grown
-                cost = objective.cost(res.u)
+                cost = objective.cost(res.u) - self._cost_shift(objective)
                 start_note += (f"; refitted over growing time horizons (cost "
                                f"{start_costs[best]:.6g} -> {cost:.6g})")
                 start_costs[best] = cost
@@ -515,9 +523,26 @@ default=False
                                        noise_kind=self.noise_kind, positive=self.positive,
                                        init=None),
                          restarts=lambda: self._restarts(
-                             t, Y, objective.cost(res.u), start_costs, best, outcomes, starts,
+                             t, Y, start_costs[best], start_costs, best, outcomes, starts,
                              theta0, fitted)),
             **self._data_attributes(data))
+
+    def _cost_shift(self, objective):
+        """What the cost exceeds ``-log L`` by, where that is a constant of the data (the
+        noise known, ``sigma``, or modelled); 0 where the noise level is estimated from the
+        residuals (then ``-log L`` is profiled, not shifted)."""
+        if not self._is_likelihood(objective.model):
+            return 0.0
+        return float(objective.cost_offset())
+
+    def _is_likelihood(self, model):
+        """Whether the cost is ``-log L`` plus a constant of the data: the noise levels
+        known or modelled (without them one scale per observable is profiled out)."""
+        return self.sigma is not None or model.has_noise_model
+
+    def _cost_name(self, objective):
+        """How a start's cost is shown: ``-log L`` where :meth:`_cost_shift` applies."""
+        return "-log L" if self._is_likelihood(objective.model) else "cost"
 
     def _restarts(self, t, Y, cost, start_costs, best, outcomes, starts, theta0, fitted):
         """:class:`Restarts` for a poor fit's warning: the other starts of this fit where
@@ -538,7 +563,7 @@ default=False
         found = data_start(self, t, Y) if self.init is None else None
         if found is not None:
             name, other = found
-            tried.append((np.where(fitted, other.theta_, theta0),
+            tried.append((usable_start(self, other.theta_, theta0, fitted),
                           self._fitted_states(posed.data.with_initial_states(other.x0_))))
             what = f"a start from {name}'s fit and "
             remedies = [f"init={_INIT_NAMES.get(name, name)!r} (or n_starts=2, whose second "
@@ -559,7 +584,8 @@ default=False
                 objective, res = self._solve(posed, start, fitted)
             if isinstance(res, Exception):
                 return np.inf, start
-            return objective.cost(res.u), objective.split(objective.to_z(res.u))[1]
+            return (objective.cost(res.u) - self._cost_shift(objective),
+                    objective.split(objective.to_z(res.u))[1])
 
         outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
             delayed(one)(start, posed) for start, posed in tried)
@@ -750,9 +776,7 @@ default=False
         if not ready:
             return self._cannot_start(failed)
         _, _, objective, u0, bounds = min(ready)
-        # where the noise levels are known or modelled the cost is -log L plus a constant
-        # of the data (without them one scale per observable is profiled out: no constant)
-        likelihood = self.sigma is not None or problem.model.has_noise_model
+        likelihood = self._is_likelihood(problem.model)
         try:
             res = adjoint_solve(objective, u0, optimizer=self.optimizer,
                                 gradient=self.gradient, bounds=bounds, tol=self.tol,

@@ -151,7 +151,8 @@ def start_from_init(estimator, t, Y, data):
         return (estimator._initial_theta(), data,
                 f"; init={other_name} could not fit these data ({other}), so the start "
                 "was theta0")
-    return (np.array(other.theta_, dtype=np.float64),
+    theta0 = estimator._initial_theta()
+    return (usable_start(estimator, other.theta_, theta0, np.ones(theta0.size, bool)),
             data.with_initial_states(other.x0_), f"; started from {other_name}'s fit")
 
 
@@ -174,6 +175,16 @@ def fit_other(estimator, init, t, Y, errors=(ValueError, SklodeError)):
     except errors as exc:
         return type(other).__name__, exc
     return type(other).__name__, other
+
+
+def usable_start(estimator, theta, theta0, fitted):
+    """Another method's ``theta`` as a start: ``theta0`` for the held parameters, and for a
+    ``positive`` parameter that the other method put at or below zero (WENDy's linear
+    regression and BCD-prox are not held positive), where log scaling cannot start."""
+    log_scale = check_positive(estimator.positive, estimator.model.n_params)
+    theta = np.asarray(theta, dtype=np.float64)
+    keep = fitted & np.isfinite(theta) & ~(log_scale & ~(theta > 0))
+    return np.where(keep, theta, theta0)
 
 
 def data_start(estimator, t, Y):

