@@ -418,6 +418,10 @@ def _read_experiments(path, time_column, mapping, model, observed, experiment, d
         raise ValueError(f"{path} has no column for the observable(s) {missing or observed} "
                          f"of {model!r} (columns: {header}); map them with --column "
                          "NAME=COLUMN.")
+    empty = [row + 2 for row, c in enumerate(cells[experiment]) if not str(c).strip()]
+    if empty:  # row 1 is the header
+        raise ValueError(f"{path} column {experiment!r}: row(s) {empty[:5]} name no "
+                         "experiment; every row needs its experiment's label.")
     table = {experiment: [_label(c) for c in cells[experiment]],
              time_column: [_number(c, f"{path} column {time_column!r}")
                            for c in cells[time_column]]}
@@ -512,7 +516,8 @@ def _write_fit(est, path, t, Y, observed, columns, stderr, r2, elapsed):
 
 def fit_command(args, out=None):
     """Run ``sklode fit``; returns the fitted estimator, with ``cli_problems_``: the
-    convergence and poor-fit warnings of the fit (``main`` then exits with status 1)."""
+    convergence, poor-fit and identifiability warnings of the fit (with ``--strict``,
+    ``main`` then exits with status 1)."""
 
     out = sys.stdout if out is None else out
     model = _model_by_name(args.model)
@@ -529,6 +534,10 @@ def fit_command(args, out=None):
     experiment = getattr(args, "experiment", None)
     if experiment:
         return _fit_experiments(args, model, mapping, time_column, observed, out)
+    if getattr(args, "dose_table", None):
+        raise ValueError(f"--dose-table {args.dose_table} needs --experiment COLUMN: the "
+                         "column naming each row's experiment in both tables (for a single "
+                         "experiment, a column holding one label).")
     t, Y, observed, columns, origin = _read_table(args.csv, time_column, mapping, model,
                                                   observed)
     est = _estimator_for(args, model, observed)
@@ -558,7 +567,7 @@ def fit_command(args, out=None):
 
 def _fit_reporting(est, data):
     """Fit, printing every sklode warning on stderr; ``est.cli_problems_`` lists those that
-    make ``main`` exit with status 1 (convergence, poor fit, identifiability)."""
+    make ``main --strict`` exit with status 1 (convergence, poor fit, identifiability)."""
     from .exceptions import ConvergenceWarning, IdentifiabilityWarning, PoorFitWarning
 
     with warnings.catch_warnings(record=True) as caught:
@@ -598,8 +607,16 @@ def _fit_experiments(args, model, mapping, time_column, observed, out):
     for i, name in enumerate(model.param_names):
         print(f"  {name:>10} = {est.theta_[i]:.6g} ± {stderr[i]:.4g} (1 s.e.)", file=out)
     x0s, t0s = np.reshape(est.x0_, (len(experiments), -1)), np.reshape(est.t0_, -1)
-    for e, x0, t0 in zip(experiments, x0s, t0s):
-        print(f"  x0 of {e.name} at t0={t0:g}: {np.round(x0, 6).tolist()}", file=out)
+    estimated = np.reshape(getattr(est, "x0_stderr_", np.zeros_like(x0s)), x0s.shape) != 0
+    if np.any(estimated):  # a line per experiment only where something was estimated
+        for e, x0, t0, free in zip(experiments, x0s, t0s, estimated):
+            if free.any():
+                print(f"  x0 of {e.name} at t0={t0:g}: {np.round(x0, 6).tolist()}", file=out)
+    else:
+        known = np.unique(np.round(x0s, 6), axis=0)
+        shown = (np.round(known[0], 6).tolist() if len(known) == 1
+                 else f"{len(known)} different values")
+        print(f"  x0 given, not estimated: {shown}", file=out)
     r2 = float(est.score(experiments))
     nll = getattr(est, "neg_log_likelihood_", np.nan)
     print(f"  converged: {est.converged_}, iterations: {est.n_iter_}, R^2: {r2:.4f}, "
@@ -693,6 +710,9 @@ def main(argv=None):
     p_cmp.add_argument("--theta0-noise", type=float, default=None,
                        help="start trial k at theta_true + THETA0_NOISE * N(0, I)")
     p_cmp.add_argument("--seed", type=int, default=0, help="trial k uses noise seed SEED + k")
+    p_cmp.add_argument("--strict", action="store_true",
+                       help="exit with status 1 when any fit failed (default: 0; the summary "
+                            "and stderr say how many failed and why)")
     p_cmp.add_argument("--blowup", type=float, default=100.0,
                        help="prediction error counted as a diverged fit (seed 000: 100)")
     p_cmp.add_argument("--backend", default=None, help="joblib backend: loky, threading, dask")
@@ -753,6 +773,10 @@ def main(argv=None):
     p_fit.add_argument("--set", action="append", metavar="SETTING=VALUE",
                        help="any other setting of the method, e.g. lam=2 or "
                             "optimizer=bfgs (repeatable)")
+    p_fit.add_argument("--strict", action="store_true",
+                       help="exit with status 1 when the fit warned that it did not converge, "
+                            "fits poorly or cannot pin a parameter down (default: the "
+                            "warnings go to stderr and the status is 0)")
     p_fit.add_argument("--max-iter", type=int, default=None,
                        help="iterations of the method's main loop (default: its own)")
     p_fit.add_argument("--output", default=None,
@@ -791,12 +815,17 @@ def main(argv=None):
         if args.command == "demo":
             demo(args.problem, args.noise, args.seed)
         elif args.command == "compare":
-            compare_command(args)
+            from .compare import failures
+
+            if failures(compare_command(args)) and args.strict:
+                return 1  # --strict: a failed fit fails the command
         elif args.command == "petab":
             petab_command(args)
         elif args.command == "fit":
-            if fit_command(args).cli_problems_:
-                return 1  # a fit that did not converge or fits poorly is not a success
+            # a warning is not a failure in a pipeline (its output is written); --strict
+            # makes it one, as Python's -W error does for warnings
+            if fit_command(args).cli_problems_ and args.strict:
+                return 1
     except (ValueError, TypeError, SklodeError, OSError) as exc:
         # The estimators' messages name the argument, the value and the way out: a
         # traceback would only bury them. Exit status 2, as argparse uses for bad usage.

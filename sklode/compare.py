@@ -36,7 +36,8 @@ from .metrics import prediction_error
 from .models import check_model
 from .registry import METHODS, get_method
 
-__all__ = ["compare", "compare_data", "format_summary", "read_store", "summarize"]
+__all__ = ["compare", "compare_data", "describe_failures", "failures", "format_summary", "read_store",
+           "summarize"]
 
 logger = logging.getLogger("sklode")
 
@@ -243,7 +244,9 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
     tasks = [delayed(_record)(m, g, k, random_state + k, theta0, noise)
              for _, g, m, k, theta0 in grid]
     if store is None:
-        return _as_frame(_run(tasks, n_jobs, progress, len(tasks)), as_frame)
+        records = _run(tasks, n_jobs, progress, len(tasks))
+        _warn_failures(records)
+        return _as_frame(records, as_frame)
     settings = [{"problem": p.name, "method": m, "trial": int(k), "seed": int(random_state + k),
                  "noise": None if noise is None else float(noise),
                  "theta0": [float(v) for v in theta0]} for p, _, m, k, theta0 in grid]
@@ -253,7 +256,54 @@ def compare(problems, methods=tuple(METHODS), *, trials=10, noise=None, theta0_n
         todo = [i for i, key in enumerate(keys) if key not in done]
         _run([tasks[i] for i in todo], n_jobs, progress, len(todo),
              on_result=lambda j, record: results.add(keys[todo[j]], settings[todo[j]], record))
-        return _as_frame(results.records(keys), as_frame)
+        records = results.records(keys)
+        _warn_failures(records)
+        return _as_frame(records, as_frame)
+
+
+def failures(records):
+    """Per method, how many fits failed and the first failure's reason.
+
+    Parameters
+    ----------
+    records : DataFrame or list of dict
+        Output of :func:`compare` or :func:`compare_data`.
+
+    Returns
+    -------
+    dict
+        ``{method: (n_failed, n_fits, first reason)}`` for every method with a failed fit,
+        in the records' order.
+    """
+    rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
+    found = {}
+    for r in rows:
+        n_failed, n_fits, first = found.get(r["method"], (0, 0, None))
+        failed = r.get("status") == "failed"
+        found[r["method"]] = (n_failed + failed, n_fits + 1,
+                              first if first is not None or not failed else str(r.get("error")))
+    return {m: v for m, v in found.items() if v[0]}
+
+
+def describe_failures(records, width=300):
+    """One line per method with failed fits: ``"adjoint: 10 of 10 fits failed; the first:
+    ..."``, the reason cut at ``width`` characters; '' when every fit ran."""
+    lines = []
+    for method, (n_failed, n_fits, first) in failures(records).items():
+        reason = first if len(first) <= width else first[: width - 3] + "..."
+        lines.append(f"{method}: {n_failed} of {n_fits} fits failed; the first: {reason}")
+    return "\n".join(lines)
+
+
+def _warn_failures(records):
+    """scikit-learn's ``FitFailedWarning`` (as ``cross_validate`` gives) naming each method
+    whose fits failed and the first reason: a failure is never only a count in a table."""
+    described = describe_failures(records)
+    if described:
+        from sklearn.exceptions import FitFailedWarning
+
+        warnings.warn("Some fits failed (their records' 'error' holds every reason):\n"
+                      + described, FitFailedWarning, stacklevel=3)
 
 
 def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=None, t0=None,
@@ -331,6 +381,7 @@ def compare_data(t, Y, model, methods=tuple(METHODS), *, theta0=None, observed=N
                 "neg_log_likelihood": float(est.neg_log_likelihood_)}
 
     records = _run([delayed(one)(m) for m in methods], n_jobs, False, len(methods))
+    _warn_failures(records)
     return _as_frame(records, as_frame)
 
 
@@ -349,7 +400,8 @@ def summarize(records, *, blowup=100.0):
     DataFrame or list of dict
         One row per (problem, method): ``trials, ok, failed, skipped, converged``,
         ``warned`` (fits that warned: their records list the warnings), the count of
-        diverged fits, and the medians of the errors and of CPU and wall seconds.
+        diverged fits, the medians of the errors and of CPU and wall seconds, and
+        ``first_failure`` (the first failed fit's reason, '' where none failed).
     """
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     groups = {}
@@ -374,6 +426,8 @@ def summarize(records, *, blowup=100.0):
             "median_max_rel_theta_error": median("max_rel_theta_error"),
             "median_prediction_error": median("prediction_error"),
             "median_cpu_s": median("cpu_s"), "median_wall_s": median("wall_s"),
+            "first_failure": next((str(r.get("error")) for r in rs
+                                   if r["status"] == "failed"), ""),
         })
     return _as_frame(summary, None if hasattr(records, "to_dict") else False)
 
@@ -394,9 +448,14 @@ def format_summary(summary):
     rows = summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
     if not rows:
         return ""
-    keys = list(rows[0])
+    # the reasons go below the table, whole: a table cell would hide or cut them
+    keys = [k for k in rows[0] if k != "first_failure"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
-        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()]
+        cells = [f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
+    for r in rows:
+        if r.get("first_failure"):
+            lines.append(f"\n{r['method']} on {r['problem']}: {r['failed']} of {r['trials']} "
+                         f"fits failed; the first: {r['first_failure']}")
     return "\n".join(lines)

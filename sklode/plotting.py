@@ -268,12 +268,18 @@ def plot_comparison(records, *, title=None, ax=None):
     ok = [r for r in rows if r.get("status") == "ok"]
     if not ok:
         raise ValueError("No successful fit among the records: nothing to plot.")
-    methods = list(dict.fromkeys(r["method"] for r in ok))
+    # every method keeps its place: one whose fits all failed shows an empty box and says so
+    methods = list(dict.fromkeys(r["method"] for r in rows if r.get("status") != "skipped"))
+    labels = []
+    for m in methods:
+        n_ok = sum(r["method"] == m for r in ok)
+        n = sum(r["method"] == m and r.get("status") != "skipped" for r in rows)
+        labels.append(m if n_ok == n else f"{m}\n({n - n_ok} of {n} failed)")
     axes = _axes(ax, len(_COMPARED))
     for axis, (key, label) in zip(axes, _COMPARED):
         data = [[r[key] for r in ok if r["method"] == m and np.isfinite(r.get(key, np.nan))]
                 for m in methods]
-        axis.boxplot(data, tick_labels=methods)
+        axis.boxplot([d if d else [np.nan] for d in data], tick_labels=labels)
         axis.set_title(label, fontsize="medium")
         axis.set_yscale("log")
     if title is None:
@@ -283,6 +289,11 @@ def plot_comparison(records, *, title=None, ax=None):
         noise = "" if not noises else ", noise " + "/".join(f"{n:g}" for n in noises)
         title = f"{problems}{noise}: {trials} trials per method ({len(ok)} fits succeeded " \
                 f"of {len(rows)})"
+        failed = [r for r in rows if r.get("status") == "failed"]
+        if failed:  # the first reason, where the reader looks
+            reason = str(failed[0].get("error"))
+            title += (f"\n{failed[0]['method']} failed: "
+                      f"{reason if len(reason) <= 90 else reason[:87] + '...'}")
     axes[0].figure.suptitle(title)
     return axes
 

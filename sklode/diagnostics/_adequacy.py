@@ -191,6 +191,14 @@ class PolishGap:
         That chi-square's ``POLISH_LEVEL`` quantile.
     cost, polished_cost : float
         The cost ``1/2 ||r||^2`` at the fit and after the polish.
+    held_cost : float
+        The cost with the fit's theta held and its initial states refitted.
+    x0_statistic : float
+        The drop from ``cost`` to ``held_cost`` in residual variances: what the fit's
+        initial states alone miss (they are not the best for its own theta).
+    x0_threshold : float
+        The ``POLISH_LEVEL`` quantile of chi-square with as many degrees of freedom as
+        estimated initial values (inf where none are).
     theta : ndarray of shape (n_params,)
         The polished parameters.
     """
@@ -200,6 +208,9 @@ class PolishGap:
     cost: float
     polished_cost: float
     theta: np.ndarray
+    held_cost: float = np.nan
+    x0_statistic: float = 0.0
+    x0_threshold: float = np.inf
 
 
 def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, options):
@@ -264,7 +275,10 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
     return PolishGap(statistic=max(cost_held - cost1, 0.0) / variance,
                      threshold=float(chi2.ppf(POLISH_LEVEL, k)), cost=cost0 / 2,
                      polished_cost=cost1 / 2,
-                     theta=objective.split(objective.to_z(result.u))[1])
+                     theta=objective.split(objective.to_z(result.u))[1],
+                     held_cost=cost_held / 2,
+                     x0_statistic=max(cost0 - cost_held, 0.0) / variance,
+                     x0_threshold=float(chi2.ppf(POLISH_LEVEL, n_x0)) if n_x0 else np.inf)
 
 
 def residuals(model, theta, data, x0s, options):

@@ -335,13 +335,20 @@ def _optimizer_evidence(name, restarts, gap, polish, advice):
                     "data.",
                     False)
     if gap is not None:
-        drop = 100 * (gap.cost / gap.polished_cost - 1) if gap.polished_cost > 0 else 0.0
+        drop = f"from {gap.cost:.6g} to {gap.polished_cost:.6g}"
         if gap.statistic > gap.threshold:
-            return (f" An AdjointODE polish from this fit lowers the cost by {drop:.0f} % "
+            return (f" An AdjointODE polish from this fit lowers the cost {drop} "
                     f"(to theta {np.round(gap.theta, 4).tolist()}), so {name} stopped short "
                     f"of the output-error optimum: fit AdjointODE(init={polish.init!r}) for "
                     f"it.{' Within ' + name + ': ' + advice if advice else ''}", True)
-        return (f" An AdjointODE polish from this fit lowers the cost by only {drop:.1f} % "
+        if gap.x0_statistic > gap.x0_threshold:
+            return (f" {name}'s theta is as good as the output-error optimum (an AdjointODE "
+                    f"polish moves it by {gap.statistic:.1f} residual variances, where the "
+                    f"noise explains up to {gap.threshold:.1f}), but its x0_ is not: "
+                    f"refitting the initial state with theta held lowers the cost from "
+                    f"{gap.cost:.6g} to {gap.held_cost:.6g}. The prediction from x0_ is what "
+                    f"misses; AdjointODE(init={polish.init!r}) refits x0 from this fit.", True)
+        return (f" An AdjointODE polish from this fit lowers the cost only {drop} "
                 f"({gap.statistic:.1f} residual variances, where the noise explains up to "
                 f"{gap.threshold:.1f}): {name}'s estimate is as good as the output-error "
                 "optimum here, and the model, as posed, does not describe these data.", False)
