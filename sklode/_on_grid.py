@@ -16,7 +16,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from ._validation import estimated_x0_mask, initial_times
+from ._validation import estimated_x0_mask, experiment_label, initial_times
 from ._checks import bounds_with_positivity, check_fixed
 from .diagnostics._assessment import Polish, assess_fit, likelihood_attributes
 from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
@@ -261,7 +261,8 @@ def on_state_scale(model, data, scale, log, x0_bounds=None, estimator_name="this
     experiments = []
     for k, e in enumerate(data.experiments):
         if log and (np.any(e.Y[e.mask] <= 0) or np.any(e.x0[np.isfinite(e.x0)] <= 0)):
-            where = f" of experiment {k}" if data.several else ""
+            where = (f" of {experiment_label(k, data.experiments[k].name)}" if data.several
+                     else "")
             raise ValueError(
                 f"noise_kind='lognormal' makes {estimator_name} fit the logarithm of the "
                 f"states, but Y{where} or x0 has values <= 0. Use noise_kind='absolute' or "

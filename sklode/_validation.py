@@ -250,9 +250,14 @@ def check_series(t, Y, *, n_observed, observed_names, min_samples=1, estimator_n
     return t_arr, Y_arr, y_ndim
 
 
+def experiment_label(k, name=None):
+    """How a message names experiment ``k``: by its name where it has one."""
+    return f"experiment {k}" if name is None else f"experiment {name!r} (number {k})"
+
+
 def _check_one(t, Y, *, index, n_observed, observed_names, min_samples, estimator_name,
                state_names):
-    where = "" if index is None else f" (experiment {index})"
+    where = "" if index is None else f" ({index})"
     t_arr, Y_arr, y_ndim = check_series(
         t, Y, n_observed=n_observed, observed_names=observed_names, min_samples=min_samples,
         estimator_name=estimator_name, where=where, state_names=state_names)
@@ -481,7 +486,10 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     if several and sum(np.size(ti) for ti, _ in pairs) < min_samples:
         raise ValueError(f"{estimator_name} needs at least {min_samples} time points in all, "
                          f"got {sum(np.size(ti) for ti, _ in pairs)}.")
-    checked = [_check_one(ti, Yi, index=k if several else None, n_observed=len(observed),
+    names_of = ([e.name for e in given] if isinstance(given, list)
+                else [None] * len(pairs))
+    checked = [_check_one(ti, Yi, index=experiment_label(k, names_of[k]) if several else None,
+                          n_observed=len(observed),
                           observed_names=names, min_samples=each,
                           estimator_name=estimator_name, state_names=model.state_names)
                for k, (ti, Yi) in enumerate(pairs)]
@@ -514,7 +522,7 @@ def check_experiments(t, Y, *, model, observed=None, x0=None, t0=None, estimate_
     objects = (given if isinstance(given, list) else [given]) if given is not None else None
     experiments = []
     for k, ((ti, Yi, mi, (_, order)), t0k) in enumerate(zip(checked, t0_values)):
-        where = f" of experiment {k}" if several else ""
+        where = f" of {experiment_label(k, names_of[k])}" if several else ""
         extra = ({} if objects is None else
                  _experiment_extras(objects[k], model, Yi, order, where))
         first = min([ti[0]] + [d[0] for d in extra.get("doses", ())])

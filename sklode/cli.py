@@ -102,6 +102,14 @@ def _plot(records, path):
     _save_figure(lambda: plot_comparison(records), path)
 
 
+def _has_tqdm():
+    """Whether the progress extra is installed: the command's bar is a convenience, and a
+    core install runs without it and without a message about it."""
+    from importlib.util import find_spec
+
+    return find_spec("tqdm") is not None
+
+
 def compare_command(args, out=None):
     """Run ``sklode compare``; returns the per-trial records (list of dict)."""
     from contextlib import nullcontext
@@ -147,7 +155,8 @@ def compare_command(args, out=None):
         with context:
             records = compare(problems, methods, trials=args.trials, noise=args.noise,
                               theta0_noise=args.theta0_noise, random_state=args.seed,
-                              n_jobs=args.n_jobs, progress=not args.no_progress,
+                              n_jobs=args.n_jobs, progress=not args.no_progress
+                              and _has_tqdm(),
                               as_frame=False, store=store)
     finally:
         if client is not None:
@@ -727,7 +736,9 @@ def main(argv=None):
                        help="continue the campaign of an existing --store: fits already in "
                             "it are not run again")
     p_cmp.add_argument("--plot", default=None, help="write box plots (.png; needs matplotlib)")
-    p_cmp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p_cmp.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (there is one where tqdm is installed: "
+                            "pip install 'sklode[progress]')")
     p_fit = sub.add_parser(
         "fit", help="fit a model to a CSV of times and observed states",
         formatter_class=argparse.RawDescriptionHelpFormatter,

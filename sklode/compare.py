@@ -36,8 +36,8 @@ from .metrics import prediction_error
 from .models import check_model
 from .registry import METHODS, get_method
 
-__all__ = ["compare", "compare_data", "describe_failures", "failures", "format_summary", "read_store",
-           "summarize"]
+__all__ = ["compare", "compare_data", "describe_failures", "failures", "format_summary",
+           "read_store", "summarize"]
 
 logger = logging.getLogger("sklode")
 
@@ -286,8 +286,28 @@ def failures(records):
 
 
 def describe_failures(records, width=300):
-    """One line per method with failed fits: ``"adjoint: 10 of 10 fits failed; the first:
-    ..."``, the reason cut at ``width`` characters; '' when every fit ran."""
+    """One line per method with failed fits, for messages and the command line.
+
+    Parameters
+    ----------
+    records : DataFrame or list of dict
+        Output of :func:`compare` or :func:`compare_data`.
+    width : int, default=300
+        Reasons longer than this many characters are cut.
+
+    Returns
+    -------
+    str
+        ``"adjoint: 10 of 10 fits failed; the first: ..."``, one line per method; '' when
+        every fit ran.
+
+    Examples
+    --------
+    >>> from sklode.compare import describe_failures
+    >>> describe_failures([{"method": "adjoint", "status": "failed", "error": "blew up"},
+    ...                    {"method": "wendy", "status": "ok"}])
+    'adjoint: 1 of 1 fits failed; the first: blew up'
+    """
     lines = []
     for method, (n_failed, n_fits, first) in failures(records).items():
         reason = first if len(first) <= width else first[: width - 3] + "..."

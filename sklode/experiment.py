@@ -72,6 +72,7 @@ class Experiment:
         self.conditions = conditions
         self.preequilibration = preequilibration
         self.name = name
+        _check_fields(self)
 
     def __repr__(self):
         parts = [f"name={self.name!r}"] if self.name is not None else []
@@ -88,6 +89,58 @@ class Experiment:
         return len(np.reshape(self.t, -1))
 
 
+def _check_fields(experiment):
+    """Refuse, naming the experiment and the field, what would fail later inside a fit with
+    a message about Python types (a dose given as a bare number, conditions as a list, no
+    samples)."""
+    from collections.abc import Mapping
+
+    who = f"Experiment {experiment.name!r}" if experiment.name is not None else "Experiment"
+    try:
+        n = len(np.reshape(np.asarray(experiment.t, dtype=object), -1))
+    except (TypeError, ValueError):
+        n = -1
+    if n == 0:
+        raise ValueError(f"{who} has no samples: t is empty. Leave the experiment out, or "
+                         "give its observation times.")
+    doses = experiment.doses
+    if doses is not None:
+        if isinstance(doses, (str, bytes, Mapping)) or not hasattr(doses, "__iter__"):
+            raise TypeError(f"{who}: doses must be a list of (time, state, amount) triples, "
+                            f"got {type(doses).__name__} {doses!r}; e.g. "
+                            "doses=[(0.0, 'central', 100.0)].")
+        for k, dose in enumerate(doses):
+            if isinstance(dose, (str, bytes)) or not hasattr(dose, "__len__") \
+                    or len(dose) != 3:
+                raise TypeError(f"{who}: dose {k} is {dose!r}; each dose is a (time, state, "
+                                "amount) triple, e.g. (0.0, 'central', 100.0).")
+            for part, value in (("time", dose[0]), ("amount", dose[2])):
+                try:
+                    float(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{who}: dose {k} has {part} {value!r}, not a "
+                                     "number.") from None
+    if experiment.conditions is not None and not isinstance(experiment.conditions, Mapping):
+        raise TypeError(f"{who}: conditions must be a dict of parameter name to value (or to "
+                        f"another parameter's name), got {type(experiment.conditions).__name__}"
+                        f" {experiment.conditions!r}; e.g. conditions={{'V': 30.0}}.")
+
+
+def _numbers(cells, column, what, rows=None):
+    """``cells`` as float64, or a ValueError naming the column, the row and the value."""
+    try:
+        return np.asarray(cells, dtype=np.float64)
+    except (TypeError, ValueError):
+        for i, cell in enumerate(cells):
+            try:
+                float(cell)
+            except (TypeError, ValueError):
+                row = i if rows is None else int(rows[i])
+                raise ValueError(f"The {what}'s column {column!r} holds {cell!r} in row {row}, "
+                                 "not a number (NaN marks a missing value).") from None
+        raise
+
+
 def _columns(table):
     """A DataFrame or a dict of arrays as ``{name: ndarray}``."""
     if hasattr(table, "to_dict") and hasattr(table, "columns"):
@@ -99,6 +152,20 @@ def _columns(table):
         return {str(k): np.asarray(v).reshape(-1) for k, v in table.items()}
     raise TypeError(f"A table must be a pandas DataFrame or a dict of columns, got "
                     f"{type(table).__name__}.")
+
+
+def _check_labels(groups, column, what):
+    """Refuse missing experiment labels (NaN, None, blank), naming their rows: they would
+    otherwise become experiments of their own."""
+    if column is None:
+        return
+    missing = [i for i, g in enumerate(groups.tolist())
+               if g is None or (isinstance(g, float) and np.isnan(g))
+               or (isinstance(g, str) and not g.strip())]
+    if missing:
+        raise ValueError(f"The {what}'s column {column!r} names no experiment in row(s) "
+                         f"{missing[:5]}{' ...' if len(missing) > 5 else ''}: every row "
+                         "needs its experiment's label (drop those rows, or fill them in).")
 
 
 def _require(columns, names, what):
@@ -152,13 +219,14 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
         In a long table, the column holding the values.
     doses : pandas.DataFrame or dict, optional
         A dose table in the NONMEM style: the ``experiment`` column (when there is one),
-        the time (``dose_time``, default the same name as ``time``), the state dosed
+        the time (``dose_time``), the state dosed
         (``dose_state``: a name or an index, the compartment) and the amount
         (``dose_amount``).
     dose_state, dose_amount : str
         The dose table's columns.
     dose_time : str, optional
-        The dose table's time column (default: ``time``).
+        The dose table's time column (default: ``"time"`` where the dose table has one,
+        else the same name as ``time``).
     **settings
         ``x0``, ``t0``, ``sigma``, ``conditions``: one value for every experiment, or a dict
         keyed by experiment name.
@@ -186,6 +254,7 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
         observable = _observable_column(columns, values, value)
     n_rows = len(columns[time])
     groups = columns[experiment] if experiment else np.zeros(n_rows, dtype=int)
+    _check_labels(groups, experiment, "table")
     names = list(dict.fromkeys(groups.tolist()))
     if observable is not None:  # long
         _require(columns, [observable, value], "table")
@@ -204,28 +273,38 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
     dose_rows = {}
     if doses is not None:
         dcols = _columns(doses)
-        dtime = dose_time or time
+        # the dose table's own "time" column (the contract's name), else the measurements'
+        dtime = dose_time or ("time" if "time" in dcols else time)
         _require(dcols, [dtime, dose_state, dose_amount] + ([experiment] if experiment else []),
                  "dose table")
         dgroups = dcols[experiment] if experiment else np.zeros(len(dcols[dtime]), dtype=int)
+        _check_labels(dgroups, experiment, "dose table")
+        dose_times = _numbers(dcols[dtime], dtime, "dose table")
+        amounts = _numbers(dcols[dose_amount], dose_amount, "dose table")
         unknown = [g for g in dict.fromkeys(dgroups.tolist()) if g not in names]
         if unknown:
             raise ValueError(f"The dose table names experiment(s) {unknown} that have no "
                              "observations in the table.")
-        for g, tt, st, am in zip(dgroups.tolist(), dcols[dtime], dcols[dose_state],
-                                 dcols[dose_amount]):
+        for g, tt, st, am in zip(dgroups.tolist(), dose_times, dcols[dose_state], amounts):
             state = st.item() if hasattr(st, "item") else st
             dose_rows.setdefault(g, []).append((float(tt), state, float(am)))
+    keyed = {k: v for k, v in settings.items() if isinstance(v, dict) and set(v) & set(names)}
+    for key, given in keyed.items():  # a dict by experiment must name every experiment
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise ValueError(f"{key}= is a dict by experiment name but has no entry for "
+                             f"experiment(s) {missing[:5]}: give one for each (it names "
+                             f"{list(given)[:5]}).")
     out = []
     for name in names:
         rows = groups == name
-        t_rows = np.asarray(columns[time][rows], dtype=np.float64)
+        t_rows = _numbers(columns[time][rows], time, "table", np.flatnonzero(rows))
         times = np.unique(t_rows)
         Y = np.full((times.size, len(kept)), np.nan)
         where = np.searchsorted(times, t_rows)
         if observable is not None:
             labels_k = labels[rows]
-            v = np.asarray(columns[value][rows], dtype=np.float64)
+            v = _numbers(columns[value][rows], value, "table", np.flatnonzero(rows))
             for j, obs in enumerate(kept):
                 sel = labels_k == obs
                 if np.unique(where[sel]).size != sel.sum():
@@ -237,8 +316,7 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
                 raise ValueError(f"Experiment {name!r} has two rows at one time in a wide "
                                  "table: average or remove repeated measurements.")
             for j, col in enumerate(kept):
-                Y[where, j] = np.asarray(columns[col][rows], dtype=np.float64)
-        per = {k: v[name] if isinstance(v, dict) and name in v else v
-               for k, v in settings.items()}
+                Y[where, j] = _numbers(columns[col][rows], col, "table", np.flatnonzero(rows))
+        per = {k: v[name] if k in keyed else v for k, v in settings.items()}
         out.append(Experiment(times, Y, doses=dose_rows.get(name), name=name, **per))
     return out

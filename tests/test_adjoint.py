@@ -17,6 +17,7 @@ from sklode.datasets import get_problem, make_trajectory
 from sklode.exceptions import ConvergenceWarning
 from sklode.models import FitzHughNagumo, Lorenz96
 from sklode.registry import METHODS
+from _expected import warns_by_design
 
 
 def fides_installed():
@@ -200,6 +201,8 @@ def test_covariance_intervals_cover_the_truth():
     assert covered >= 26
 
 
+@warns_by_design('BoundWarning',
+                 why="the test puts a bound where the optimum lies beyond it")
 def test_positive_parameters_and_bounds_are_honoured():
     problem = get_problem("seird")
     Y = make_trajectory("seird", random_state=3).Y
@@ -426,6 +429,8 @@ def test_fides_missing_is_a_clear_error_before_any_work(monkeypatch):
     assert not hasattr(est, "theta_")
 
 
+@warns_by_design('ConvergenceWarning', 'PoorFitWarning',
+                 why="a few iterations of each spelling: the fits stop short")
 def test_old_optimizer_spellings_warn_and_fit_the_same():
     # one spelling style for every optimiser name (lower case, '-' between words); the
     # upper-case names of before still work for one release, with a FutureWarning, and reach

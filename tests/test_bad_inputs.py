@@ -25,6 +25,7 @@ from sklode.compare import compare, compare_data
 from sklode.datasets import make_trajectory
 from sklode.exceptions import ConvergenceWarning, ModelError, SklodeError
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]
 THETA0 = (2.5, 1.5, 4.5, 1.5)
@@ -284,6 +285,8 @@ COMMON = [
 @pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("case, exc, pattern", [c[1:] for c in COMMON],
                          ids=[c[0] for c in COMMON])
+@warns_by_design('DeprecationWarning', 'UserWarning',
+                 why="some bad inputs are accepted with a warning (deprecated spellings, ignored settings)")
 def test_every_estimator_refuses_bad_input_by_name(Estimator, case, exc, pattern):
     Y_before, T_before = Y.copy(), T.copy()
     _raises(case(Estimator), exc, pattern)

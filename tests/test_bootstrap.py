@@ -15,6 +15,7 @@ from sklode.datasets import get_problem, make_trajectory
 from sklode.diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from sklode.exceptions import ConvergenceWarning, IntegrationError, PoorFitWarning
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 OPTIONS = {"integrator": "LSODA", "rtol": 1e-8, "atol": 1e-10}
 
@@ -114,6 +115,7 @@ def test_bcdprox_bootstrap_is_reproducible_and_replaces_the_covariance(lotka_vol
     assert_allclose(centre, boot.theta_ - boot.theta_bias_, rtol=1e-12)
 
 
+@warns_by_design('PoorFitWarning', why="few samples on purpose")
 def test_the_bootstrap_gives_smoothed_initial_values_an_error(lotka_volterra):
     """WENDy's x0_method="smoothing" has no first-order error for x0 (NaN); the replicates
     measure one."""

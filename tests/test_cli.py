@@ -268,3 +268,22 @@ def test_fit_prints_an_identifiability_warning_and_strict_exits_1(tmp_path, caps
                                        for ti in t))
     assert main(["fit", str(csv), "--model", f"{model_file}:Ratio", "--strict"]) == 1
     assert "WARNING IdentifiabilityWarning" in capsys.readouterr().err
+
+
+def test_the_readme_flu_command_runs_as_written(tmp_path, monkeypatch, capsys):
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    line = next(line for line in (root / "README.md").read_text().splitlines()
+                if line.startswith("sklode fit docs/data/flu.csv"))
+    argv = shlex.split(line)[1:]
+    argv = [str(root / a) if a.startswith("docs/") else a for a in argv]
+    argv = [a.replace("docs/data/sir.py", str(root / "docs/data/sir.py")) for a in argv]
+    monkeypatch.chdir(tmp_path)  # the plot is written here
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert (tmp_path / "fit.png").exists() and "converged: True" in out.out
+    # the published fit of this outbreak: about 1.7 infections per boy-day, 2 days in bed
+    beta = float(out.out.split("beta = ")[1].split()[0])
+    assert 1.5 < beta < 1.9

@@ -18,6 +18,7 @@ from sklode.exceptions import (
 )
 from sklode.models import LotkaVolterra
 from sklode.outputerror._optimize import BOUNDED_OPTIMIZERS
+from _expected import warns_by_design
 
 ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]
 by_estimator = pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
@@ -118,6 +119,8 @@ def test_an_x0_guess_is_accepted(Estimator, lv):
     (WENDyODE, {"tol": 1e-14}),
     *[(AdjointODE, {"optimizer": name, "tol": 1e-14}) for name in OPTIMIZERS],
 ], ids=lambda v: v.__name__ if isinstance(v, type) else v.get("optimizer", ""))
+@warns_by_design('PoorFitWarning',
+                 why="fits cut at a few iterations on purpose")
 def test_max_iter_bounds_the_iterations_of_the_main_loop(Estimator, settings, lv):
     est = Estimator(LotkaVolterra(), theta0=THETA0, max_iter=3, **settings)
     with pytest.warns(ConvergenceWarning, match="did not converge"):
@@ -138,6 +141,8 @@ BOUND_PATHS = [
 
 @pytest.mark.parametrize("Estimator, settings", BOUND_PATHS,
                          ids=lambda v: v.__name__ if isinstance(v, type) else str(v))
+@warns_by_design('BoundWarning',
+                 why="a bound placed inside the optimum on purpose")
 def test_an_active_bound_holds_exactly(Estimator, settings, lv, fitted):
     # The unconstrained c (third parameter) is near 4; an upper bound of 3.5 is active.
     upper = np.array([np.inf, np.inf, 3.5, np.inf])
@@ -161,6 +166,8 @@ def test_non_binding_bounds_change_nothing(Estimator, lv, fitted):
 
 
 @by_estimator
+@warns_by_design('BoundWarning', 'PoorFitWarning',
+                 why="a parameter held at a wrong value on purpose")
 def test_a_fixed_parameter_stays_exactly_fixed(Estimator, lv, fitted):
     est = _fit(Estimator(LotkaVolterra(), theta0=THETA0, fixed={"c": 4.0}), lv)
     assert est.theta_[2] == 4.0
@@ -195,6 +202,8 @@ def test_positive_keeps_parameters_non_negative(Estimator, lv):
 @pytest.mark.parametrize("optimizer", [
     pytest.param(name, marks=pytest.mark.slow) if name in ("cg-dy", "cg-fr", "cg-hs") else name
     for name in sorted(set(OPTIMIZERS) - set(BOUNDED_OPTIMIZERS))])
+@warns_by_design('BoundWarning',
+                 why="a bound placed inside the optimum on purpose")
 def test_unconstrained_optimizers_honour_bounds_by_a_change_of_variables(optimizer, lv,
                                                                           fitted):
     # c (third parameter) is near 4 unconstrained; an upper bound of 3.5 binds.
@@ -302,6 +311,7 @@ def test_each_solver_runs_without_the_estimator_shell(lv, fitted):
 
 
 @pytest.mark.parametrize("Estimator", [AdjointODE, BCDProxODE, WENDyODE])
+@warns_by_design('PoorFitWarning', why="x0 read at the wrong time on purpose")
 def test_known_x0_without_t0_warns_when_the_data_do_not_start_at_zero(Estimator):
     from sklode.exceptions import InitialTimeWarning
 

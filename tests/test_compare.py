@@ -12,6 +12,7 @@ from sklode.cli import compare_command, fit_command, main
 from sklode.compare import compare, compare_data, format_summary, summarize
 from sklode.datasets import get_problem, make_trajectory
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def test_inapplicable_methods_are_skipped_not_failed():
     assert rs[1]["status"] == "ok"
 
 
+@warns_by_design('FitFailedWarning', why="fits made to fail on purpose")
 def test_failed_fits_are_recorded():
     # A start this far off makes the forward solve blow up: recorded, not raised.
     rs = compare("lotka_volterra", ["adjoint"], trials=1, theta0_noise=1e6, as_frame=False)

@@ -10,7 +10,6 @@ A block that cannot run here (it needs a file the user has, or a service) is mar
 """
 
 import re
-import time
 import warnings
 from pathlib import Path
 

@@ -16,6 +16,7 @@ from sklode.datasets import make_trajectory
 from sklode.exceptions import ConvergenceWarning, IntegrationError, SklodeError
 from sklode.integrate import simulate
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 ESTIMATORS = [BCDProxODE, WENDyODE, AdjointODE]
 by_estimator = pytest.mark.parametrize("Estimator", ESTIMATORS, ids=lambda c: c.__name__)
@@ -168,6 +169,7 @@ def test_an_estimator_with_an_explicit_integrator_reports_stiffness(monkeypatch)
 
 # ------------------------------------------------------------------ max_iter
 @by_estimator
+@warns_by_design('PoorFitWarning', why="a fit stopped early on purpose")
 def test_stopping_at_max_iter_warns_naming_it_and_leaves_a_usable_fit(Estimator):
     est = Estimator(LotkaVolterra(), theta0=THETA0, max_iter=2)
     with pytest.warns(ConvergenceWarning, match="max_iter") as record:
@@ -260,6 +262,7 @@ def test_an_interrupted_fit_leaves_the_estimator_as_it_was(Estimator, fitted):
 
 
 @by_estimator
+@warns_by_design('PoorFitWarning', why="fits with faults on purpose")
 def test_problems_are_warnings_never_prints(Estimator, capsys):
     with pytest.warns(ConvergenceWarning) as record:
         Estimator(LotkaVolterra(), theta0=THETA0, max_iter=2).fit(LV.t, LV.Y)

@@ -59,8 +59,9 @@ def _fit(est, *data):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est.fit(*data)
-    return est, [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)], \
-        [str(w.message) for w in caught if issubclass(w.category, PoorFitWarning)]
+    messages = {c: [str(w.message) for w in caught if issubclass(w.category, c)]
+                for c in (IdentifiabilityWarning, PoorFitWarning)}
+    return est, messages[IdentifiabilityWarning], messages[PoorFitWarning]
 
 
 def _growth(curve, n_subjects=12, seed=0):

@@ -15,6 +15,7 @@ from sklode.cli import compare_command
 from sklode.compare import compare
 from sklode.datasets import make_trajectory
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 _TIMING = {"cpu_s", "wall_s"}
 
@@ -51,6 +52,8 @@ def test_compare_records_do_not_depend_on_n_jobs(serial):
     assert statuses[("seird", "adjoint")] == "ok"
 
 
+@warns_by_design('PoorFitWarning',
+                 why="grid candidates that fit worse than the best, on purpose")
 def test_grid_search_does_not_depend_on_n_jobs(serial):
     _, scores, data = serial
     grid = _grid().set_params(n_jobs=2).fit(data.t, data.Y)

@@ -25,6 +25,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklode import AdjointODE, BCDProxODE, ODEModel, WENDyODE
 from sklode.datasets import make_trajectory
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 
 class Relax(ODEModel):
@@ -81,6 +82,8 @@ def _expected_failures(estimator):
 @parametrize_with_checks([BCDProxODE(Relax(), max_iter=100), WENDyODE(Relax(), max_iter=20),
                           AdjointODE(Relax(), max_iter=50)],
                          expected_failed_checks=_expected_failures)
+@warns_by_design('ConvergenceWarning', 'IdentifiabilityWarning', 'PoorFitWarning',
+                 why="scikit-learn's checks fit generic random data")
 def test_sklearn_common_checks(estimator, check):
     check(estimator)
 
@@ -167,6 +170,8 @@ def test_clone_pickle_and_joblib_round_trips(fitted, lv, tmp_path):
 
 
 # --------------------------------------------------------------------------- model selection
+@warns_by_design('IdentifiabilityWarning',
+                 why="the first folds hold less than a cycle")
 def test_grid_search_over_bcdprox_lam_and_order(lv):
     grid = GridSearchCV(BCDProxODE(LotkaVolterra(), theta0=(2, 2, 5, 2)),
                         {"lam": [1.0, 5.0], "order": [2, 3]}, cv=TimeSeriesSplit(3))
@@ -181,6 +186,8 @@ def test_grid_search_over_bcdprox_lam_and_order(lv):
                                                                            random_state=0)],
                          ids=["timeseries", "kfold", "shuffle"])
 @pytest.mark.parametrize("make", range(3), ids=_IDS)
+@warns_by_design('IdentifiabilityWarning', 'PoorFitWarning',
+                 why="the first folds hold less than a cycle")
 def test_cross_val_score_with_time_series_splitters(make, cv, lv):
     est = _estimators()[make]
     if isinstance(est, WENDyODE) and isinstance(cv, TimeSeriesSplit):
@@ -220,6 +227,7 @@ def test_pipeline_with_a_time_shift(lv):
     assert_allclose(pipe.predict(lv.t[:5] + 100.0), plain.predict(lv.t[:5]), rtol=1e-8)
 
 
+@warns_by_design('UserWarning', why="a candidate made to fail on purpose")
 def test_error_score_nan_marks_the_failing_candidate(lv):
     """A candidate whose ODE blows up raises in fit; GridSearchCV records NaN, keeps going."""
     grid = GridSearchCV(AdjointODE(LotkaVolterra()),

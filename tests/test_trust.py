@@ -10,6 +10,7 @@ from sklode import AdjointODE, BCDProxODE, WENDyODE, simulate
 from sklode.datasets import make_trajectory
 from sklode.exceptions import IdentifiabilityWarning, PoorFitWarning
 from sklode.models import LotkaVolterra
+from _expected import warns_by_design
 
 
 def _fit_recording(est, t, Y):
@@ -158,6 +159,8 @@ def test_adjoint_started_from_another_method_fits_where_theta0_cannot_start():
     assert init.__dict__.get("theta_") is None  # the given estimator is cloned, not fitted
 
 
+@warns_by_design('IdentifiabilityWarning',
+                 why="a hidden state the data cannot pin down, on purpose")
 def test_init_that_cannot_take_the_data_falls_back_to_theta0_and_says_why():
     from sklode.exceptions import StartWarning
 

@@ -11,6 +11,7 @@ from sklode import AdjointODE, BCDProxODE, WENDyODE, simulate
 from sklode.datasets import get_problem, make_trajectory
 from sklode.exceptions import IdentifiabilityWarning
 from sklode.models import SEIRD, LotkaVolterra
+from _expected import warns_by_design
 
 GUESS = (2.5, 1.5, 4.5, 1.5)
 
@@ -41,6 +42,7 @@ def test_covariance_matches_finite_difference_gauss_newton():
     np.testing.assert_allclose(est.x0_stderr_, np.sqrt(np.diag(cov))[:2], rtol=1e-4)
 
 
+@warns_by_design('PoorFitWarning', why="many noisy refits, some second-best")
 def test_bcdprox_standard_errors_are_the_spread_of_its_estimates():
     # They used to be the theta-step's given the filtered states, 1e-7 (z-scores of 1e6).
     problem = get_problem("lotka_volterra")

@@ -33,6 +33,7 @@ from sklode.wendy._covariance import (
 )
 from sklode.wendy._testfunctions import product_rows, trapezoid_weights
 from sklode.wendy._testfunctions import test_function_matrices as build_test_functions
+from _expected import warns_by_design
 
 
 def test_quadrature_is_exact_where_it_should_be():
@@ -170,6 +171,8 @@ def test_bias_correction_removes_the_attenuation_of_the_cubic_term():
 
 
 @pytest.mark.parametrize("name", ["wendy_logistic", "wendy_lotka_volterra"])
+@warns_by_design('PoorFitWarning',
+                 why="noise-free data: the misfit floor is the solver's")
 def test_noise_free_data_give_the_coefficients_to_1e6(name):
     d = make_trajectory(name, noise=0.0)
     est = WENDyODE(d.problem.model).fit(d.t, d.Y)
@@ -177,6 +180,8 @@ def test_noise_free_data_give_the_coefficients_to_1e6(name):
     assert relative_coefficient_error(est.theta_, d.problem.theta) < 1e-6
 
 
+@warns_by_design('PoorFitWarning',
+                 why="noisy draws where WENDy's estimate is second-best, measured not judged")
 def test_noisy_lotka_volterra_and_calibrated_uncertainty():
     truth = get_problem("wendy_lotka_volterra").theta
     errs, inside = [], 0
@@ -193,6 +198,8 @@ def test_noisy_lotka_volterra_and_calibrated_uncertainty():
     assert inside >= 13  # 16 intervals at 95 %: 13 or fewer hits has probability < 1 %
 
 
+@warns_by_design('PoorFitWarning',
+                 why="uneven grids at high noise, measured not judged")
 def test_non_uniform_grid_is_as_accurate_as_uniform():
     p0 = get_problem("wendy_lotka_volterra")
     errs = {"uniform": [], "random": []}
@@ -210,6 +217,8 @@ def test_non_uniform_grid_is_as_accurate_as_uniform():
     assert np.median(errs["random"]) <= 2 * np.median(errs["uniform"])
 
 
+@warns_by_design('PoorFitWarning',
+                 why="compares two fits of the same data, not their verdict")
 def test_shifted_time_origin_gives_the_same_estimate():
     p0 = get_problem("wendy_lotka_volterra")
     fits = []
@@ -231,6 +240,8 @@ def test_model_not_linear_in_theta_is_fitted():
     assert_allclose(est.theta_, p.theta, rtol=0.05)
 
 
+@warns_by_design('PoorFitWarning',
+                 why="a bound placed inside the optimum on purpose")
 def test_bounds_are_honoured():
     d = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
     est = WENDyODE(LotkaVolterra(), bounds=([0, 0, 0, 0], [2.5, 10, 10, 10])).fit(d.t, d.Y)
@@ -256,6 +267,8 @@ def test_predict_starts_from_a_smoothed_initial_state():
     assert est.score(d.t, d.Y) > 0.95
 
 
+@warns_by_design('PoorFitWarning',
+                 why="the default x0 on purpose, before shooting_all")
 def test_shooting_all_refines_x0_over_the_whole_series():
     for seed in range(3):
         d = make_trajectory("wendy_lotka_volterra", noise=0.10, random_state=seed)
@@ -311,6 +324,7 @@ def test_radius_is_the_smallest_the_noise_hides_the_quadrature_error_at():
     assert radius == pytest.approx(16 * dt, rel=0.25)
 
 
+@warns_by_design('PoorFitWarning', why="few test functions on purpose")
 def test_max_test_functions_caps_the_number_of_combinations():
     data = make_trajectory("wendy_lotka_volterra", noise=0.05, random_state=0)
     model = data.problem.model

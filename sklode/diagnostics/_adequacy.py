@@ -38,9 +38,9 @@ from ..outputerror._optimize import adjoint_solve
 from ..outputerror._pose import objective_for_experiments
 from ..outputerror._predict import predicted_observables
 
-__all__ = ["EXPERIMENTS_LEVEL", "EXPERIMENTS_SHARE", "ExperimentDifferences",
-           "experiment_differences", "POLISH_LEVEL", "PolishGap", "RUNS_FRACTION", "RUNS_Z", "TIME_MEANS_LEVEL", "polish_gap",
-           "residual_runs", "residual_time_means", "residuals"]
+__all__ = ["EXPERIMENTS_LEVEL", "EXPERIMENTS_SHARE", "POLISH_LEVEL", "RUNS_FRACTION", "RUNS_Z",
+           "TIME_MEANS_LEVEL", "ExperimentDifferences", "PolishGap", "experiment_differences",
+           "polish_gap", "residual_runs", "residual_time_means", "residuals"]
 
 logger = logging.getLogger("sklode")
 

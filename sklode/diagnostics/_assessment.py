@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._noise_level import MIN_SAMPLES, estimate_noise
+from .._validation import experiment_label
 from ..exceptions import PoorFitWarning, SklodeError, warn
 from ..observation._likelihood import data_neg_log_likelihood, information_criteria
 from ..outputerror._predict import predicted_observables, states_at_observations
@@ -27,8 +28,8 @@ from ._adequacy import (
     residuals,
 )
 
-__all__ = ["POOR_FIT_RATIO", "Polish", "Restarts", "assess_fit", "explained_variance", "isolated_extreme",
-           "likelihood_attributes", "misfit_ratios", "r2_by_state"]
+__all__ = ["POOR_FIT_RATIO", "Polish", "Restarts", "assess_fit", "explained_variance",
+           "isolated_extreme", "likelihood_attributes", "misfit_ratios", "r2_by_state"]
 
 logger = logging.getLogger("sklode")
 
@@ -173,7 +174,8 @@ def isolated_extreme(data, state_names):
             spread = np.ptp(rest)
             if spread > 0 and abs(values[extreme] - values[nearest]) > _ISOLATION * spread:
                 k, time = where[extreme]
-                exp = f" of experiment {k}" if data.several else ""
+                exp = (f" of {experiment_label(k, data.experiments[k].name)}"
+                       if data.several else "")
                 return (f" The value {values[extreme]:.6g} of {state_names[state]!r} at t = "
                         f"{time:g}{exp} lies far outside all its others ({rest.min():.4g} to "
                         f"{rest.max():.4g}): if it is a typo or a unit error, set it to NaN "

@@ -427,9 +427,31 @@ class _Builder:
                 table[s] = self.ode.symbols.get(s.name) or self.sp.Symbol(s.name, real=True)
         return expr.xreplace(table)
 
+    def _check_columns(self):
+        """Refuse a table without a column PEtab requires, naming the table and the column
+        (instead of a KeyError deep inside the build)."""
+        problem = self.problem
+        required = {
+            "measurement table": (problem.measurement_df, ("observableId",
+                                  "simulationConditionId", "time", "measurement")),
+            "observable table": (problem.observable_df, ("observableFormula",
+                                 "noiseFormula")),
+            "parameter table": (problem.parameter_df, ("parameterScale", "lowerBound",
+                                "upperBound", "nominalValue", "estimate")),
+        }
+        for what, (table, columns) in required.items():
+            if table is None:
+                raise ValueError(f"{self.path}: the PEtab problem has no {what}.")
+            present = list(table.columns) + [table.index.name]
+            missing = [c for c in columns if c not in present]
+            if missing:
+                raise ValueError(f"{self.path}: the {what} has no column {missing[0]!r}, which "
+                                 f"PEtab requires; its columns are {list(table.columns)}.")
+
     def build(self):
         sp, problem = self.sp, self.problem
         ode = self.ode
+        self._check_columns()
         measurements = problem.measurement_df.copy()
         if not np.all(np.isfinite(measurements["time"].astype(float))):
             raise UnsupportedFeature("steady-state measurements (time = inf)")
