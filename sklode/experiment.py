@@ -112,7 +112,7 @@ def _check_fields(experiment):
         for k, dose in enumerate(doses):
             if isinstance(dose, (str, bytes)) or not hasattr(dose, "__len__") \
                     or len(dose) != 3:
-                raise TypeError(f"{who}: dose {k} is {dose!r}; each dose is a (time, state, "
+                raise ValueError(f"{who}: dose {k} is {dose!r}; each dose is a (time, state, "
                                 "amount) triple, e.g. (0.0, 'central', 100.0).")
             for part, value in (("time", dose[0]), ("amount", dose[2])):
                 try:

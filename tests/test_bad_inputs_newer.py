@@ -27,7 +27,7 @@ DOSES = pd.DataFrame({"id": ["a", "b"], "time": [0.0, 0.0], "state": ["gut", "gu
 EXPERIMENT_CASES = {
     "a dose as a bare number": (lambda: Experiment(T, Y, doses=5.0, name="s1"), TypeError,
                                 "Experiment 's1': doses must be a list of (time, state, amount)"),
-    "a dose of two fields": (lambda: Experiment(T, Y, doses=[(0.0, 5.0)]), TypeError,
+    "a dose of two fields": (lambda: Experiment(T, Y, doses=[(0.0, 5.0)]), ValueError,
                              "dose 0 is (0.0, 5.0); each dose is a (time, state, amount)"),
     "a dose amount as text": (lambda: Experiment(T, Y, doses=[(0.0, "gut", "ten")]), ValueError,
                               "dose 0 has amount 'ten', not a number"),

@@ -184,6 +184,8 @@ def test_lorenz96_recovers_the_forcing():
 
 
 @pytest.mark.slow  # 9 s on two cores: the slow stage of .ci/run
+@warns_by_design('PoorFitWarning',
+                 why="lambda=0 removes the proximal term on purpose: that fit stops short")
 def test_lambda_plateau_and_lambda_zero(rossler_noisy):
     d, p = rossler_noisy, rossler_noisy.problem
     thetas = []
@@ -200,6 +202,8 @@ def test_lambda_plateau_and_lambda_zero(rossler_noisy):
 
 
 @pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
+@warns_by_design('PoorFitWarning',
+                 why="BCD-prox's estimate lies about one standard error from the output-error optimum here")
 def test_laplace_noise_does_as_well_as_gaussian():
     errs = {"gaussian": [], "laplace": []}
     for dist in errs:
@@ -213,6 +217,8 @@ def test_laplace_noise_does_as_well_as_gaussian():
 
 
 @pytest.mark.slow  # 4 s on two cores: the slow stage of .ci/run
+@warns_by_design('PoorFitWarning',
+                 why="BCD-prox's estimate lies about one standard error from the output-error optimum here")
 def test_non_uniform_grid_fits_as_well_as_uniform():
     p0 = get_problem("rossler")
     results = {}

@@ -242,7 +242,9 @@ def test_fit_experiment_column_with_a_dose_table_equals_the_python_api(tmp_path,
           "--estimate-x0", "central=no,peripheral=no", "--positive", "--theta0", start,
           "--output", str(output)]) == 0
     printed = capsys.readouterr().out
-    assert "6 experiments (subject)" in printed and "x0 of 6 at t0=0" in printed
+    # x0 is given for every subject: one line says so, not one line per subject
+    assert "6 experiments (subject)" in printed and "x0 given, not estimated: [0.0, 0.0]" \
+        in printed and "x0 of 6" not in printed
     est = AdjointODE(TwoCompartmentIV(), x0=[0, 0], t0=0.0, estimate_x0=False, positive=True,
                      theta0=[float(v) for v in start.split(",")]).fit(data.experiments)
     cli = json.loads(output.read_text())
@@ -278,8 +280,7 @@ def test_the_readme_flu_command_runs_as_written(tmp_path, monkeypatch, capsys):
     line = next(line for line in (root / "README.md").read_text().splitlines()
                 if line.startswith("sklode fit docs/data/flu.csv"))
     argv = shlex.split(line)[1:]
-    argv = [str(root / a) if a.startswith("docs/") else a for a in argv]
-    argv = [a.replace("docs/data/sir.py", str(root / "docs/data/sir.py")) for a in argv]
+    argv = [str(root / a) if a.startswith("docs/") else a for a in argv]  # the model too
     monkeypatch.chdir(tmp_path)  # the plot is written here
     assert main(argv) == 0
     out = capsys.readouterr()

@@ -321,6 +321,8 @@ def _six_experiments(seed=0, noise=0.2):
 @pytest.mark.parametrize("Estimator", [pytest.param(BCDProxODE, marks=pytest.mark.slow),
                                        WENDyODE, AdjointODE],
                          ids=lambda c: c.__name__)
+@warns_by_design('PoorFitWarning',
+                 why="BCD-prox's estimate on a fold lies about one standard error from the output-error optimum")
 def test_cross_validation_splits_by_experiment(Estimator):
     from sklearn.model_selection import GroupKFold, KFold, cross_val_score
 
@@ -339,6 +341,8 @@ def test_cross_validation_splits_by_experiment(Estimator):
 
 
 @pytest.mark.slow  # 5 s on two cores: the slow stage of .ci/run
+@warns_by_design('PoorFitWarning',
+                 why="the order=1 candidate is worse on purpose: the search must prefer order=3")
 def test_grid_search_over_experiments():
     from sklearn.model_selection import GridSearchCV, KFold
 

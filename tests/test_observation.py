@@ -394,7 +394,7 @@ def test_lognormal_messages_do_not_send_the_user_back_and_forth():
     (lambda e: Experiment(e.t, e.Y, doses=[(0.0, "liver", 1.0)]), "names the state 'liver'"),
     (lambda e: Experiment(e.t, e.Y, conditions={"kk": 1.0}), "set 'kk', which is not a"),
     (lambda e: Experiment(e.t, e.Y, conditions={"k1": "k9"}), "read 'k1' from 'k9'"),
-    (lambda e: Experiment(e.t, e.Y, doses=[(0.0, "A")]), r"is \(time, state, amount\)"),
+    (lambda e: Experiment(e.t, e.Y, doses=[(0.0, "A")]), r"each dose is a \(time, state, amount\)"),
     (lambda e: Experiment(e.t, e.Y, t0=1.0, doses=[(0.5, "A", 1.0)]),
      "t0=1 is after the first observation \\(or dose\\) time"),
 ])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -11,7 +10,6 @@ from joblib import Parallel, delayed
 from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
 from .._estimator import COMMON_CONSTRAINTS, ODEEstimator, warn_not_converged
 from .._validation import initial_times
@@ -22,18 +20,15 @@ from .._checks import (
     check_fixed,
     check_positive,
 )
-from ..diagnostics._assessment import Polish, Restarts, assess_fit, likelihood_attributes
+from ..diagnostics._assessment import Polish, assess_fit, likelihood_attributes
 from ..diagnostics._uncertainty import (
     fit_uncertainty,
-    reduced_chi_square,
     uncertainty_attributes,
     unknown_names,
 )
 from ..exceptions import (
     BoundWarning,
-    ConvergenceWarning,
     IntegrationError,
-    PoorFitWarning,
     warn,
 )
 from ..observation._observation import NOISE_RANGE_WITHOUT_FLOOR
@@ -46,8 +41,9 @@ from ..outputerror._optimize import (
     fides_unavailable_reason,
 )
 from ..outputerror._pose import objective_for_experiments
-from ._profile import profile_interval
+from ._profile import profile_intervals_of
 from ._starts import (
+    restart_check,
     usable_start,
     data_start,
     grown_horizon_fit,
@@ -62,11 +58,6 @@ __all__ = ["AdjointODE"]
 # times (each failure costs one forward solve, up to the blow-up): on Borghans_BiophysChem1997
 # 10 of 20 uniform starts in the PEtab bounds could not be integrated.
 _REDRAWS = 10
-#: Random starts a poor single-start fit is refitted from before its warning calls it a local
-#: minimum or not (about three more fits, paid only by a poor fit).
-_CHECK_RESTARTS = 3
-# the init= name of each estimator data_start may fit
-_INIT_NAMES = {"WENDyODE": "wendy", "BCDProxODE": "bcdprox"}
 
 
 class _Posed(NamedTuple):
@@ -522,8 +513,8 @@ default=False
                          polish=Polish(fitted=fitted, sigma=self.sigma,
                                        noise_kind=self.noise_kind, positive=self.positive,
                                        init=None),
-                         restarts=lambda: self._restarts(
-                             t, Y, start_costs[best], start_costs, best, outcomes, starts,
+                         restarts=lambda: restart_check(
+                             self, t, Y, start_costs[best], start_costs, best, outcomes, starts,
                              theta0, fitted)),
             **self._data_attributes(data))
 
@@ -543,56 +534,6 @@ default=False
     def _cost_name(self, objective):
         """How a start's cost is shown: ``-log L`` where :meth:`_cost_shift` applies."""
         return "-log L" if self._is_likelihood(objective.model) else "cost"
-
-    def _restarts(self, t, Y, cost, start_costs, best, outcomes, starts, theta0, fitted):
-        """:class:`Restarts` for a poor fit's warning: the other starts of this fit where
-        there were some, else ``_CHECK_RESTARTS`` random ones fitted now."""
-        if len(starts) > 1:
-            others = [k for k in range(len(starts)) if k != best]
-            thetas = [outcomes[k][0].split(outcomes[k][0].to_z(outcomes[k][1].u))[1]
-                      if not isinstance(outcomes[k][1], Exception) else theta0
-                      for k in others]
-            return Restarts(cost, start_costs[others], thetas,
-                            f"this fit's {len(others)} other start(s)",
-                            ["theta0 near that point"] * len(others))
-        # none yet: refit from _CHECK_RESTARTS others now
-        posed = starts[0][1]
-        tried = []
-        # random starts around a poor theta0 are mostly poor too: the first other start is
-        # a gradient-free method's fit, which does not integrate from a guess
-        found = data_start(self, t, Y) if self.init is None else None
-        if found is not None:
-            name, other = found
-            tried.append((usable_start(self, other.theta_, theta0, fitted),
-                          self._fitted_states(posed.data.with_initial_states(other.x0_))))
-            what = f"a start from {name}'s fit and "
-            remedies = [f"init={_INIT_NAMES.get(name, name)!r} (or n_starts=2, whose second "
-                        f"start is {name}'s fit)"]
-        else:
-            what, remedies = "", []
-        n_random = _CHECK_RESTARTS - len(tried)
-        tried += [(start, posed) for start in random_starts(
-            self, theta0, fitted, n_random=n_random,
-            rng=check_random_state(self.random_state))[0][1:]]
-        what += (f"{n_random} random starts around theta0 (a factor of e at one standard "
-                 "deviation)" if self.bounds is None else f"{n_random} random starts in the "
-                 "bounds")
-
-        def one(start, posed):
-            with warnings.catch_warnings():  # their own convergence is not the question
-                warnings.simplefilter("ignore")
-                objective, res = self._solve(posed, start, fitted)
-            if isinstance(res, Exception):
-                return np.inf, start
-            return (objective.cost(res.u) - self._cost_shift(objective),
-                    objective.split(objective.to_z(res.u))[1])
-
-        outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(one)(start, posed) for start, posed in tried)
-        remedies += [f"more starts (n_starts={_CHECK_RESTARTS + 1}, random_state="
-                     f"{self.random_state!r}) or theta0 near that point"] * n_random
-        return Restarts(cost, np.array([c for c, _ in outcomes]), [t for _, t in outcomes],
-                        what, remedies)
 
     def profile_intervals(self, t, Y=None, level=0.95, *, parameters=None):
         """Profile-likelihood confidence intervals for ``theta_`` on the data ``fit`` saw.
@@ -627,71 +568,11 @@ default=False
         PoorFitWarning
             A profile point had a lower cost than the fit: ``theta_`` was not the optimum
             (refit from ``theta0`` near that point).
+        IdentifiabilityWarning
+            A profile stays flat to a limit (``inf``, a bound, or 0 for a ``positive``
+            parameter): the data do not bound the parameter on that side.
         """
-        from scipy.stats import chi2 as chi_square
-
-        check_is_fitted(self)
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"level must be strictly between 0 and 1, got {level!r}.")
-        model = self.model
-        fitted = check_fixed(self.fixed, self.theta_, model)[0]
-        data = self._validate_data(t, Y, warn_initial_time=False)
-        problem = self._fitted_states(data.with_initial_states(self.x0_))
-        objective, u = self._pose(problem, self.theta_, fitted)
-        best = objective.cost(u)
-        if not np.isclose(best, self.loss_history_[-1], rtol=1e-6, atol=1e-12):
-            raise ValueError(
-                f"profile_intervals needs the data fit() saw: the cost at the fit is "
-                f"{best:.6g} on these data, {self.loss_history_[-1]:.6g} on the fitted ones.")
-        # the cost is -log L up to a constant when the noise is modelled: no common noise
-        # factor to estimate from the residuals
-        noise_factor = (1.0 if getattr(objective, "modelled_noise", False)
-                        else reduced_chi_square(objective, u))
-        threshold = 0.5 * chi_square.ppf(float(level), 1) * noise_factor
-        chosen = self._profiled(parameters, fitted)
-        lower, upper = self._theta_limits()
-
-        def one(j):
-            lowest = [best]
-            warm = {-1: (self.theta_.copy(), problem), +1: (self.theta_.copy(), problem)}
-            held = fitted.copy()
-            held[j] = False
-
-            def rise(value, side):
-                theta, posed = warm[side]
-                theta = theta.copy()
-                theta[j] = value
-                objective, res = self._solve(posed, theta, held)
-                if isinstance(res, Exception):
-                    return np.inf
-                cost = objective.cost(res.u)
-                lowest[0] = min(lowest[0], cost)
-                value = max(cost - best, 0.0) / threshold
-                if value < 1.0:  # inside: the next point on this side starts from here
-                    x0s, theta = objective.split(objective.to_z(res.u))
-                    warm[side] = (theta, posed._replace(
-                        data=posed.data.with_initial_states(x0s)))
-                return value
-
-            stderr = self.theta_stderr_[j]
-            step = (2.0 * stderr if np.isfinite(stderr) and stderr > 0
-                    else 0.1 * max(abs(self.theta_[j]), 1e-3))
-            return profile_interval(rise, self.theta_[j], step, lower=lower[j],
-                                    upper=upper[j]), lowest[0]
-
-        with warnings.catch_warnings():  # the refits' own convergence is not the question
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            outcomes = Parallel(n_jobs=self.n_jobs, prefer="threads")(
-                delayed(one)(j) for j in chosen)
-        intervals = np.column_stack([self.theta_, self.theta_])
-        for j, (ends, lowest) in zip(chosen, outcomes):
-            intervals[j] = ends
-            if lowest < best - 1e-6 * max(best, threshold):
-                warn(
-                    f"Profiling {model.param_names[j]!r} found a cost {lowest:.6g} below the "
-                    f"fit's {best:.6g}: theta_ is not the optimum of these data. Refit with "
-                    "another theta0, init= or n_starts.", PoorFitWarning)
-        return intervals
+        return profile_intervals_of(self, t, Y, level, parameters)
 
     def _profiled(self, parameters, fitted):
         """Indices of the parameters to profile (fitted ones only)."""

@@ -12,9 +12,17 @@ supplies that function (a warm-started refit per value).
 
 from __future__ import annotations
 
-import numpy as np
+import warnings
 
-__all__ = ["profile_interval"]
+import numpy as np
+from joblib import Parallel, delayed
+from sklearn.utils.validation import check_is_fitted
+
+from .._checks import check_fixed
+from ..diagnostics._uncertainty import reduced_chi_square
+from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, PoorFitWarning, warn
+
+__all__ = ["profile_interval", "profile_intervals_of"]
 
 
 def profile_interval(rise, center, step, *, lower=-np.inf, upper=np.inf, max_steps=12,
@@ -123,3 +131,85 @@ def _refine(rise, side, a, rise_a, b, rise_b, xtol, max_iter=10):
                 fb *= 0.5
             last = -1
     return a if np.isnan(fb) else b - fb * (b - a) / (fb - fa)
+
+
+def profile_intervals_of(estimator, t, Y, level, parameters):
+    """:meth:`AdjointODE.profile_intervals <sklode.AdjointODE.profile_intervals>` of a fitted
+    ``estimator``: each chosen parameter's ends by :func:`profile_interval`, one warm-started
+    refit per point, the parameters in parallel over ``n_jobs`` threads."""
+    from scipy.stats import chi2 as chi_square
+
+    check_is_fitted(estimator)
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1, got {level!r}.")
+    model = estimator.model
+    fitted = check_fixed(estimator.fixed, estimator.theta_, model)[0]
+    data = estimator._validate_data(t, Y, warn_initial_time=False)
+    problem = estimator._fitted_states(data.with_initial_states(estimator.x0_))
+    objective, u = estimator._pose(problem, estimator.theta_, fitted)
+    best = objective.cost(u)
+    if not np.isclose(best, estimator.loss_history_[-1], rtol=1e-6, atol=1e-12):
+        raise ValueError(
+            f"profile_intervals needs the data fit() saw: the cost at the fit is "
+            f"{best:.6g} on these data, {estimator.loss_history_[-1]:.6g} on the fitted ones.")
+    # the cost is -log L up to a constant when the noise is modelled: no common noise
+    # factor to estimate from the residuals
+    noise_factor = (1.0 if getattr(objective, "modelled_noise", False)
+                    else reduced_chi_square(objective, u))
+    threshold = 0.5 * chi_square.ppf(float(level), 1) * noise_factor
+    chosen = estimator._profiled(parameters, fitted)
+    lower, upper = estimator._theta_limits()
+
+    def one(j):
+        lowest = [best]
+        warm = {-1: (estimator.theta_.copy(), problem), +1: (estimator.theta_.copy(), problem)}
+        held = fitted.copy()
+        held[j] = False
+
+        def rise(value, side):
+            theta, posed = warm[side]
+            theta = theta.copy()
+            theta[j] = value
+            objective, res = estimator._solve(posed, theta, held)
+            if isinstance(res, Exception):
+                return np.inf
+            cost = objective.cost(res.u)
+            lowest[0] = min(lowest[0], cost)
+            value = max(cost - best, 0.0) / threshold
+            if value < 1.0:  # inside: the next point on this side starts from here
+                x0s, theta = objective.split(objective.to_z(res.u))
+                warm[side] = (theta, posed._replace(
+                    data=posed.data.with_initial_states(x0s)))
+            return value
+
+        stderr = estimator.theta_stderr_[j]
+        step = (2.0 * stderr if np.isfinite(stderr) and stderr > 0
+                else 0.1 * max(abs(estimator.theta_[j]), 1e-3))
+        return profile_interval(rise, estimator.theta_[j], step, lower=lower[j],
+                                upper=upper[j]), lowest[0]
+
+    with warnings.catch_warnings():  # the refits' own convergence is not the question
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        outcomes = Parallel(n_jobs=estimator.n_jobs, prefer="threads")(
+            delayed(one)(j) for j in chosen)
+    intervals = np.column_stack([estimator.theta_, estimator.theta_])
+    flat = []
+    for j, (ends, lowest) in zip(chosen, outcomes):
+        intervals[j] = ends
+        # an end at infinity or at a limit: the profile stayed below the threshold there
+        for end, limit, side in ((ends[0], lower[j], "below"), (ends[1], upper[j], "above")):
+            if np.isinf(end) or end == limit:
+                flat.append(f"{model.param_names[j]!r} {side} {estimator.theta_[j]:.4g} "
+                            f"(flat up to {end:.4g})")
+        if lowest < best - 1e-6 * max(best, threshold):
+            warn(
+                f"Profiling {model.param_names[j]!r} found a cost {lowest:.6g} below the "
+                f"fit's {best:.6g}: theta_ is not the optimum of these data. Refit with "
+                "another theta0, init= or n_starts.", PoorFitWarning)
+    if flat:
+        warn(f"{type(estimator).__name__}: the profile likelihood stays within the "
+             f"{100 * float(level):g} % threshold all the way to a limit for "
+             + "; ".join(flat) + ": the data do not bound these parameters on that side "
+             "(practically unidentifiable there), so those ends are the limits, not "
+             "measurements.", IdentifiabilityWarning)
+    return intervals

@@ -11,11 +11,12 @@ import warnings
 from dataclasses import replace
 
 import numpy as np
+from joblib import Parallel, delayed
 from sklearn.base import clone
 from sklearn.utils import check_random_state
 
 from .._methods import estimator_class
-from ..diagnostics._assessment import misfit_ratios
+from ..diagnostics._assessment import Restarts, misfit_ratios
 from .._checks import check_positive
 from ..exceptions import SklodeError, StartWarning, warn
 
@@ -196,3 +197,62 @@ def data_start(estimator, t, Y):
         if not isinstance(other, Exception) and np.all(np.isfinite(other.theta_)):
             return name, other
     return None
+
+
+#: Random starts a poor single-start fit is refitted from before its warning calls it a local
+#: minimum or not (about three more fits, paid only by a poor fit).
+CHECK_RESTARTS = 3
+# the init= name of each estimator data_start may fit
+_INIT_NAMES = {"WENDyODE": "wendy", "BCDProxODE": "bcdprox"}
+
+
+def restart_check(estimator, t, Y, cost, start_costs, best, outcomes, starts, theta0,
+                  fitted):
+    """:class:`Restarts` for a poor fit's warning: the other starts of this fit where
+    there were some, else ``CHECK_RESTARTS`` random ones fitted now."""
+    if len(starts) > 1:
+        others = [k for k in range(len(starts)) if k != best]
+        thetas = [outcomes[k][0].split(outcomes[k][0].to_z(outcomes[k][1].u))[1]
+                  if not isinstance(outcomes[k][1], Exception) else theta0
+                  for k in others]
+        return Restarts(cost, start_costs[others], thetas,
+                        f"this fit's {len(others)} other start(s)",
+                        ["theta0 near that point"] * len(others))
+    # none yet: refit from CHECK_RESTARTS others now
+    posed = starts[0][1]
+    tried = []
+    # random starts around a poor theta0 are mostly poor too: the first other start is
+    # a gradient-free method's fit, which does not integrate from a guess
+    found = data_start(estimator, t, Y) if estimator.init is None else None
+    if found is not None:
+        name, other = found
+        tried.append((usable_start(estimator, other.theta_, theta0, fitted),
+                      estimator._fitted_states(posed.data.with_initial_states(other.x0_))))
+        what = f"a start from {name}'s fit and "
+        remedies = [f"init={_INIT_NAMES.get(name, name)!r} (or n_starts=2, whose second "
+                    f"start is {name}'s fit)"]
+    else:
+        what, remedies = "", []
+    n_random = CHECK_RESTARTS - len(tried)
+    tried += [(start, posed) for start in random_starts(
+        estimator, theta0, fitted, n_random=n_random,
+        rng=check_random_state(estimator.random_state))[0][1:]]
+    what += (f"{n_random} random starts around theta0 (a factor of e at one standard "
+             "deviation)" if estimator.bounds is None else f"{n_random} random starts in the "
+             "bounds")
+
+    def one(start, posed):
+        with warnings.catch_warnings():  # their own convergence is not the question
+            warnings.simplefilter("ignore")
+            objective, res = estimator._solve(posed, start, fitted)
+        if isinstance(res, Exception):
+            return np.inf, start
+        return (objective.cost(res.u) - estimator._cost_shift(objective),
+                objective.split(objective.to_z(res.u))[1])
+
+    outcomes = Parallel(n_jobs=estimator.n_jobs, prefer="threads")(
+        delayed(one)(start, posed) for start, posed in tried)
+    remedies += [f"more starts (n_starts={CHECK_RESTARTS + 1}, random_state="
+                 f"{estimator.random_state!r}) or theta0 near that point"] * n_random
+    return Restarts(cost, np.array([c for c, _ in outcomes]), [t for _, t in outcomes],
+                    what, remedies)
