@@ -35,7 +35,13 @@ def rng():
 
 @pytest.fixture
 def school_flu_model():
-    """The user-written model of tests/school_flu_model.py for the 1978 school outbreak."""
-    from school_flu_model import SICR
+    """The user-written model of the README's ``sklode fit`` example (docs/data/sir.py) for
+    the 1978 school outbreak."""
+    import importlib.util
+    from pathlib import Path
 
-    return SICR()
+    path = Path(__file__).resolve().parents[1] / "docs" / "data" / "sir.py"
+    spec = importlib.util.spec_from_file_location("sir", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SICR()

@@ -128,7 +128,7 @@ def flu_files(tmp_path, monkeypatch):
     text = files("sklode").joinpath("data", "boarding_school_flu.csv").read_text()
     (tmp_path / "flu.csv").write_text(text)
     (tmp_path / "sir_model.py").write_text(
-        (Path(__file__).parent / "school_flu_model.py").read_text())
+        (Path(__file__).resolve().parents[1] / "docs" / "data" / "sir.py").read_text())
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
