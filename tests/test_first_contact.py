@@ -209,3 +209,29 @@ def test_start_costs_are_on_the_scale_of_the_neg_log_likelihood():
                      n_starts=2, random_state=0).fit(subjects)
     # the same number up to the optimiser's last step (measured: 3e-10 relative)
     assert np.min(fit.start_costs_) == pytest.approx(fit.neg_log_likelihood_, rel=1e-7)
+
+
+def test_a_method_that_fails_every_trial_is_said_where_the_user_looks():
+    # Finding 3: single shooting from the Rossler paper's guess blows up; the failure must
+    # reach the warning, the summary, the table and the plot, not only records["error"]
+    pytest.importorskip("matplotlib").use("Agg")
+    from sklearn.exceptions import FitFailedWarning
+
+    from sklode.compare import compare, format_summary, summarize
+    from sklode.plotting import plot_comparison
+
+    with pytest.warns(FitFailedWarning, match=r"adjoint: 2 of 2 fits failed; the first: "
+                                               r"IntegrationError: AdjointODE cannot start"):
+        records = compare("rossler", ["wendy", "adjoint"], trials=2, as_frame=False)
+    summary = summarize(records)
+    rows = {r["method"]: r for r in (summary.to_dict("records") if hasattr(summary, "to_dict")
+                                     else summary)}
+    assert rows["adjoint"]["failed"] == 2 and rows["adjoint"]["first_failure"].startswith(
+        "IntegrationError: AdjointODE cannot start")
+    assert rows["wendy"]["first_failure"] == ""
+    assert "adjoint on rossler: 2 of 2 fits failed; the first: IntegrationError" in \
+        format_summary(summary)
+    axes = plot_comparison(records)
+    labels = [label.get_text() for label in axes[0].get_xticklabels()]
+    assert labels == ["wendy", "adjoint\n(2 of 2 failed)"]
+    assert "adjoint failed: IntegrationError" in axes[0].figure._suptitle.get_text()
