@@ -814,6 +814,8 @@ def main(argv=None):
     p_petab.add_argument("--output", default=None,
                          help="write the parameter table with the fitted values (.tsv)")
     p_petab.add_argument("--quiet", action="store_true", help="no line per start")
+    sub.add_parser("info", help="versions, and the integrator integrator='auto' uses here "
+                                "and why (sklode.show_versions)")
     p_demo = sub.add_parser("demo", help="fit a built-in noisy problem with every estimator")
     p_demo.add_argument("--problem", default="lotka_volterra", choices=list(PROBLEM_NAMES))
     p_demo.add_argument("--noise", type=float, default=None,
@@ -823,7 +825,11 @@ def main(argv=None):
     from .exceptions import SklodeError
 
     try:
-        if args.command == "demo":
+        if args.command == "info":
+            from ._versions import show_versions
+
+            show_versions()
+        elif args.command == "demo":
             demo(args.problem, args.noise, args.seed)
         elif args.command == "compare":
             from .compare import failures

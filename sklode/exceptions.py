@@ -115,7 +115,8 @@ class CompilationWarning(UserWarning):
     """``integrator="CVODES"`` was asked for but the model could not be compiled (no C
     compiler or SUNDIALS here, or an ``rhs`` that cannot be recorded, such as Python control
     flow on a value):
-    the solve runs on scipy's LSODA instead, with the same tolerances. Said once per model."""
+    the solve runs on scipy's LSODA instead, with the same tolerances. Said once per model;
+    and once per process where ``integrator="auto"`` cannot use CVODES on this machine."""
 
 
 class StartWarning(UserWarning):

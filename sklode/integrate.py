@@ -97,8 +97,29 @@ def native_solver_for(model, method):
     if method == "auto" and (model.n_states <= AUTO_MAX_STATES
                              or (model.n_states <= AUTO_MAX_BANDED_STATES
                                  and narrow_band(*jacobian_band(model), model.n_states))):
-        return model.native_solver()
+        native = model.native_solver()
+        if native is None:
+            _warn_fallback_once()
+        return native
     return None
+
+
+_FALLBACK_WARNED = []  # once per process: every model falls back for the same reason
+
+
+def _warn_fallback_once():
+    """A :class:`CompilationWarning`, once per process, where ``integrator="auto"`` runs
+    LSODA because CVODES cannot be used on this machine (not because of one model)."""
+    from .models._native import native_unavailable_reason
+
+    reason = native_unavailable_reason()
+    if reason is None or _FALLBACK_WARNED:
+        return
+    _FALLBACK_WARNED.append(reason)
+    warn(f"integrator='auto' runs scipy's LSODA here, not SUNDIALS' CVODES: {reason}. "
+         "Solves are 6-50x slower (benchmarks/results/forward.md); sklode.show_versions() "
+         "(or `sklode info`) shows what was found. integrator='LSODA' asks for it without "
+         "this warning.", CompilationWarning)
 
 
 def integrator_for(model, integrator):
@@ -107,7 +128,8 @@ def integrator_for(model, integrator):
     ``"auto"`` is ``"CVODES"`` where the model compiles here (a C compiler, SUNDIALS, and an
     ``rhs`` the recorder can write as C) and has at most :data:`AUTO_MAX_STATES` states or
     a banded ``df/dx`` (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), and
-    ``"LSODA"`` otherwise, silently: CVODES took
+    ``"LSODA"`` otherwise (where CVODES cannot be used on this machine at all, with a
+    :class:`~sklode.exceptions.CompilationWarning` once per process naming why): CVODES took
     less CPU than LSODA on every model measured up to that size
     (``benchmarks/results/forward.md``), and the estimates of the two agree to their
     tolerance; the C library is built once per model and kept on disk. ``"CVODES"`` asked

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -441,11 +442,63 @@ def _cache_dir():
     return Path(root) / "native"
 
 
+def _sundials_prefixes():
+    """Where SUNDIALS is looked for, in order."""
+    return [os.environ.get("SUNDIALS_DIR"), os.environ.get("CONDA_PREFIX"), sys.prefix,
+            "/usr/local", "/usr"]
+
+
+def _sundials_prefix():
+    """The first prefix holding CVODES' header, or None."""
+    for prefix in filter(None, _sundials_prefixes()):
+        if (Path(prefix) / "include" / "cvodes" / "cvodes.h").is_file():
+            return Path(prefix)
+    return None
+
+
+def sundials_location():
+    """Where SUNDIALS was found and its version, and the C compiler, in words (for
+    :func:`sklode.show_versions`); None where it was not found.
+
+    Returns
+    -------
+    str or None
+    """
+    prefix = _sundials_prefix()
+    if prefix is None:
+        return None
+    version = "version unknown"
+    config = prefix / "include" / "sundials" / "sundials_config.h"
+    if config.is_file():
+        for line in config.read_text(errors="replace").splitlines():
+            if line.startswith("#define SUNDIALS_VERSION ") or line.startswith(
+                    "#define SUNDIALS_PACKAGE_VERSION "):
+                version = "SUNDIALS " + line.split()[-1].strip('"')
+                break
+    native_unavailable_reason()
+    compiler = " ".join(_UNAVAILABLE.get("compiler") or []) or "no compiler"
+    return f"{prefix} ({version}), models compiled with {compiler}"
+
+
+def _compiler():
+    """The C compiler command as a list of words (``$CC`` split as a shell would, e.g.
+    ``"ccache gcc"``), and why it cannot be used, or None."""
+    given = os.environ.get("CC")
+    if given:
+        words = shlex.split(given)
+        if not words or shutil.which(words[0]) is None:
+            return words, (f"the C compiler CC={given!r} was not found (unset CC to use the "
+                           "system's cc, or point it at an installed compiler)")
+        return words, None
+    found = shutil.which("cc") or shutil.which("gcc")
+    if not found:
+        return None, "no C compiler (cc or $CC) was found"
+    return [found], None
+
+
 def _sundials_flags():
     """Compiler flags for SUNDIALS' headers and libraries, or None when none are found."""
-    prefixes = [os.environ.get("SUNDIALS_DIR"), os.environ.get("CONDA_PREFIX"), sys.prefix,
-                "/usr/local", "/usr"]
-    for prefix in filter(None, prefixes):
+    for prefix in filter(None, _sundials_prefixes()):
         include = Path(prefix) / "include"
         if (include / "cvodes" / "cvodes.h").is_file():
             libs = [Path(prefix) / d for d in ("lib", "lib64", "lib/x86_64-linux-gnu",
@@ -471,11 +524,8 @@ def native_unavailable_reason():
         A sentence naming what is missing (a C compiler, SUNDIALS) and how to get it.
     """
     if "system" not in _UNAVAILABLE:
-        compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-        reason = None
-        if not compiler:
-            reason = "no C compiler (cc or $CC) was found"
-        elif _sundials_flags() is None:
+        compiler, reason = _compiler()
+        if reason is None and _sundials_flags() is None:
             reason = ("SUNDIALS (CVODES) was not found: install libsundials-dev (Debian, "
                       "Ubuntu) or conda's sundials, or set SUNDIALS_DIR")
         _UNAVAILABLE["system"] = reason
@@ -487,7 +537,7 @@ def _build(source):
     """Compile ``source`` to a shared library in the cache (once per source) and load it."""
     flags = _sundials_flags()
     compiler = _UNAVAILABLE["compiler"]
-    command = [compiler, "-O2", "-shared", "-fPIC", "-std=c99"]
+    command = [*compiler, "-O2", "-shared", "-fPIC", "-std=c99"]
     key = hashlib.sha256((source + " ".join(command + flags)).encode()).hexdigest()[:24]
     folder = _cache_dir()
     library = folder / f"model_{key}.so"

@@ -1,0 +1,56 @@
+"""What ``integrator="auto"`` runs on is never a secret (#57 item 3): ``show_versions`` and
+``sklode info`` say it and why, and a machine where CVODES cannot be used warns once per
+process instead of running LSODA in silence."""
+
+import subprocess
+import sys
+
+import sklode
+
+
+def _run(code, **env):
+    import os
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, env={**os.environ, **env})
+
+
+def test_show_versions_names_the_integrator_and_why(capsys):
+    from sklode._versions import auto_integrator
+    from sklode.models._native import native_unavailable_reason
+
+    sklode.show_versions()
+    out = capsys.readouterr().out
+    integrator, reason = auto_integrator()
+    assert f"integrator='auto': {integrator}\n  {reason}" in out
+    assert "torch: " in out and "scikit-learn: " in out
+    # the same verdict the solver path reaches
+    assert (integrator == "CVODES") == (native_unavailable_reason() is None)
+
+
+def test_a_compiler_named_in_cc_that_does_not_exist_is_the_reason():
+    # CC used to be taken as one word, unchecked: the build then failed into LSODA silently
+    code = ("from sklode.models._native import native_unavailable_reason as r; print(r())")
+    out = _run(code, CC="no-such-cc --flag").stdout
+    assert "the C compiler CC='no-such-cc --flag' was not found" in out
+
+
+def test_auto_without_cvodes_warns_once_per_process():
+    code = ("import warnings, numpy as np\n"
+            "from sklode import simulate\n"
+            "from sklode.models import LotkaVolterra, Rossler\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    simulate(LotkaVolterra(), [2, 1, 4, 1], [5, 3], np.linspace(0, 1, 5))\n"
+            "    simulate(Rossler(), [0.2, 0.2, 3], [1, 1, 1], np.linspace(0, 1, 5))\n"
+            "print(len(w)); print(w[0].message if w else '')\n")
+    out = _run(code, CC="no-such-cc").stdout.splitlines()
+    assert out[0] == "1"  # two models, one warning: the reason is the machine's
+    assert "integrator='auto' runs scipy's LSODA here" in out[1] and "no-such-cc" in out[1]
+
+
+def test_sklode_info_prints_it(capsys):
+    from sklode.cli import main
+
+    assert main(["info"]) == 0
+    assert "integrator='auto': " in capsys.readouterr().out
