@@ -442,10 +442,17 @@ def _cache_dir():
     return Path(root) / "native"
 
 
+#: SUNDIALS built into the package at install (build_tools/bundle_cvodes.py): one static
+#: library and its headers.
+BUNDLED = Path(__file__).resolve().parents[1] / "_sundials"
+_BUNDLED_LIBRARY = "sklode_sundials"
+
+
 def _sundials_prefixes():
-    """Where SUNDIALS is looked for, in order."""
-    return [os.environ.get("SUNDIALS_DIR"), os.environ.get("CONDA_PREFIX"), sys.prefix,
-            "/usr/local", "/usr"]
+    """Where SUNDIALS is looked for, in order: ``SUNDIALS_DIR`` (asked for by name), the
+    package's own build, then a conda environment, the Python prefix and the system."""
+    return [os.environ.get("SUNDIALS_DIR"), str(BUNDLED), os.environ.get("CONDA_PREFIX"),
+            sys.prefix, "/usr/local", "/usr"]
 
 
 def _sundials_prefix():
@@ -501,6 +508,10 @@ def _sundials_flags():
     for prefix in filter(None, _sundials_prefixes()):
         include = Path(prefix) / "include"
         if (include / "cvodes" / "cvodes.h").is_file():
+            bundle = [p for p in (Path(prefix) / "lib").glob(f"*{_BUNDLED_LIBRARY}*")
+                      if p.suffix in (".a", ".lib")]
+            if bundle:  # the package's static library: linked into each model's library
+                return [f"-I{include}", str(bundle[0])]
             libs = [Path(prefix) / d for d in ("lib", "lib64", "lib/x86_64-linux-gnu",
                                                 "lib/aarch64-linux-gnu")]
             libs = [d for d in libs if d.is_dir()]
