@@ -5,7 +5,7 @@ CVODES, with no system library to install first."""
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "build_tools"))
@@ -29,4 +29,11 @@ class BuildPyWithCVODES(build_py):
                   file=sys.stderr)
 
 
-setup(cmdclass={"build_py": BuildPyWithCVODES})
+class PlatformDistribution(Distribution):
+    """The wheel holds a compiled library: tagged for this platform, not ``py3-none-any``."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithCVODES}, distclass=PlatformDistribution)

@@ -10,9 +10,9 @@ CVODES, compiled once per model with the system's C compiler and kept in a cache
 then loaded with :mod:`ctypes`: one call solves the whole trajectory, with forward
 sensitivities when asked.
 
-It needs a C compiler (``cc``, or ``$CC``) and SUNDIALS' headers and libraries (Debian/Ubuntu:
-``apt-get install libsundials-dev``; conda: ``sundials``; or ``$SUNDIALS_DIR`` with
-``include/`` and ``lib/``). Vector programs (slices, ``theta * x``, rolls, sums) are
+It needs a C compiler (``cc``, or ``$CC``) and SUNDIALS' headers and libraries: the static
+library the install builds into the package (:data:`BUNDLED`), or ``$SUNDIALS_DIR`` with
+``include/`` and ``lib/``, conda's ``sundials``, Debian/Ubuntu's ``libsundials-dev``. Vector programs (slices, ``theta * x``, rolls, sums) are
 unrolled element by element at generation time. Where anything is missing, or ``rhs`` cannot
 be recorded (Python control flow on a value), :func:`native_solver` returns None with the
 reason, and callers keep the scipy path. Every compiled model is checked against the
@@ -537,7 +537,10 @@ def native_unavailable_reason():
     if "system" not in _UNAVAILABLE:
         compiler, reason = _compiler()
         if reason is None and _sundials_flags() is None:
-            reason = ("SUNDIALS (CVODES) was not found: install libsundials-dev (Debian, "
+            reason = ("SUNDIALS (CVODES) was not found: the install builds it into the "
+                      "package where it can reach PyPI and a C compiler (pip install "
+                      "--force-reinstall --no-deps sklode, its output says why not), or "
+                      "install libsundials-dev (Debian, "
                       "Ubuntu) or conda's sundials, or set SUNDIALS_DIR")
         _UNAVAILABLE["system"] = reason
         _UNAVAILABLE["compiler"] = compiler
