@@ -116,8 +116,10 @@ def experiment_differences(model, data, theta, x0s, fitted, *, sigma, noise_kind
     Gauss-Newton step of experiment ``k`` alone (its initial state and the fitted
     parameters, from its own residual ``r_k`` and Jacobian ``J_k``) would remove
     ``||P_k r_k||^2`` of the cost (``P_k`` the projection on ``J_k``'s columns). Summed over
-    the experiments, with ``(K - 1) p`` degrees of freedom against the remaining sum of
-    squares, this is the linearised likelihood-ratio test of pooling. A shape the model
+    the experiments, less what the same step with the parameters shared removes (zero at
+    the pooled optimum; not zero from a fit that stopped short of it, BCD-prox's or
+    WENDy's), with ``(K - 1) p`` degrees of freedom against the remaining sum of squares,
+    this is the linearised likelihood-ratio test of pooling. A shape the model
     gets wrong in every experiment alike leaves the same gradient in each, which the pooled
     fit has already zeroed: the test does not blame the pooling for it.
 
@@ -148,33 +150,46 @@ def experiment_differences(model, data, theta, x0s, fitted, *, sigma, noise_kind
             model, start, theta0=np.asarray(theta, dtype=np.float64), fitted=fitted,
             sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind, positive=positive,
             **options)
-        explained, rss, n_data, rank = 0.0, 0.0, 0, 0
+        separate, rss, n_data, rank = 0.0, 0.0, 0, 0
         with np.errstate(all="ignore"):
             for k, part in enumerate(objective.parts):
                 own = objective._part_u(u, k)
                 rows = part.n_data_rows
-                r = part.residual(own)[:rows]
-                J = part.jacobian(own)[:rows]
-                present = np.isfinite(r) & np.all(np.isfinite(J), axis=1)
-                r, J = r[present], J[present]
-                Q, R = np.linalg.qr(J / np.maximum(np.linalg.norm(J, axis=0), 1e-300))
-                kept = np.abs(np.diag(R)) > 1e-8 * max(np.max(np.abs(np.diag(R))), 1e-300)
-                projected = Q[:, kept].T @ r
-                explained += float(projected @ projected)
+                reduction, n_kept, r = _step_reduction(part.residual(own)[:rows],
+                                                       part.jacobian(own)[:rows])
+                separate += reduction
                 rss += float(r @ r)
-                rank += int(kept.sum())
+                rank += n_kept
                 n_data += int(part.n_data)
+            # the same step with theta shared: what the pooled fit could still gain (zero at
+            # its optimum; not for a method whose estimate is not that optimum)
+            rows = objective.n_data_rows
+            pooled = _step_reduction(objective.residual(u)[:rows],
+                                     objective.jacobian(u)[:rows])[0]
     except (SklodeError, ValueError, np.linalg.LinAlgError, AttributeError) as exc:
         logger.debug("no experiment differences: %s", exc)
         return None
     n_params = int(np.sum(fitted))
     dof1 = (data.n_experiments - 1) * n_params
     dof2 = n_data - rank
-    if dof2 <= 0 or not (rss > explained >= 0) or not np.isfinite(rss):
+    gain = separate - pooled  # pooled RSS minus separate RSS, both after one step
+    if dof2 <= 0 or not (rss > separate >= 0) or not np.isfinite(rss):
         return None
-    f = (explained / dof1) / ((rss - explained) / dof2)
+    gain = max(gain, 0.0)
+    f = (gain / dof1) / ((rss - separate) / dof2)
     return ExperimentDifferences(f=float(f), threshold=float(
-        f_distribution.ppf(EXPERIMENTS_LEVEL, dof1, dof2)), share=explained / rss)
+        f_distribution.ppf(EXPERIMENTS_LEVEL, dof1, dof2)), share=gain / (rss - pooled))
+
+
+def _step_reduction(r, J):
+    """``(||P r||^2, rank, r)``: what one Gauss-Newton step on ``J``'s columns removes from
+    ``r``'s sum of squares (rows with a non-finite entry left out)."""
+    present = np.isfinite(r) & np.all(np.isfinite(J), axis=1)
+    r, J = r[present], J[present]
+    Q, R = np.linalg.qr(J / np.maximum(np.linalg.norm(J, axis=0), 1e-300))
+    kept = np.abs(np.diag(R)) > 1e-8 * max(np.max(np.abs(np.diag(R)), initial=0.0), 1e-300)
+    projected = Q[:, kept].T @ r
+    return float(projected @ projected), int(kept.sum()), r
 
 
 @dataclass(frozen=True)
@@ -199,6 +214,8 @@ class PolishGap:
     x0_threshold : float
         The ``POLISH_LEVEL`` quantile of chi-square with as many degrees of freedom as
         estimated initial values (inf where none are).
+    x0s : ndarray of shape (n_experiments, n_states)
+        The polished initial states.
     theta : ndarray of shape (n_params,)
         The polished parameters.
     """
@@ -211,6 +228,7 @@ class PolishGap:
     held_cost: float = np.nan
     x0_statistic: float = 0.0
     x0_threshold: float = np.inf
+    x0s: np.ndarray | None = None
 
 
 def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, options):
@@ -272,10 +290,11 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
     variance = cost1 / dof
     if k == 0 or not (np.isfinite(cost0) and np.isfinite(cost_held) and variance > 0):
         return None
+    x0s_polished, theta_polished = objective.split(objective.to_z(result.u))
     return PolishGap(statistic=max(cost_held - cost1, 0.0) / variance,
                      threshold=float(chi2.ppf(POLISH_LEVEL, k)), cost=cost0 / 2,
-                     polished_cost=cost1 / 2,
-                     theta=objective.split(objective.to_z(result.u))[1],
+                     polished_cost=cost1 / 2, theta=theta_polished,
+                     x0s=np.reshape(x0s_polished, (data.n_experiments, -1)),
                      held_cost=cost_held / 2,
                      x0_statistic=max(cost0 - cost_held, 0.0) / variance,
                      x0_threshold=float(chi2.ppf(POLISH_LEVEL, n_x0)) if n_x0 else np.inf)

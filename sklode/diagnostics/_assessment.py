@@ -316,10 +316,11 @@ def _pooling_sentence(differences):
             "own through Experiment(conditions=...).")
 
 
-def _optimizer_evidence(name, restarts, gap, polish, advice):
+def _optimizer_evidence(name, restarts, gap, polish, advice, ratio=None):
     """What was tried to tell a local minimum from a model that cannot describe the data:
     ``(sentence, the optimiser is the problem)``; the method's own ``advice`` only where
-    nothing could be tried, and then marked untried."""
+    nothing could be tried, and then marked untried. ``ratio``: the fit's worst misfit
+    ratio, which the polished cost scales to say whether the better point is adequate."""
     if restarts is not None:
         finite = np.isfinite(restarts.costs)
         if finite.any():
@@ -338,18 +339,24 @@ def _optimizer_evidence(name, restarts, gap, polish, advice):
                     False)
     if gap is not None:
         drop = f"from {gap.cost:.6g} to {gap.polished_cost:.6g}"
+        # the worst misfit ratio at the polished point (the RMS residual scales as sqrt)
+        after = (None if ratio is None or not gap.cost > 0
+                 else ratio * np.sqrt(gap.polished_cost / gap.cost))
+        still = ("" if after is None or after <= POOR_FIT_RATIO else
+                 f" Even there it misses by about {after:.3g} noise levels: the model, as "
+                 "posed, does not describe these data either.")
         if gap.statistic > gap.threshold:
             return (f" An AdjointODE polish from this fit lowers the cost {drop} "
                     f"(to theta {np.round(gap.theta, 4).tolist()}), so {name} stopped short "
                     f"of the output-error optimum: fit AdjointODE(init={polish.init!r}) for "
-                    f"it.{' Within ' + name + ': ' + advice if advice else ''}", True)
+                    f"it.{' Within ' + name + ': ' + advice if advice else ''}{still}", True)
         if gap.x0_statistic > gap.x0_threshold:
             return (f" {name}'s theta is as good as the output-error optimum (an AdjointODE "
                     f"polish moves it by {gap.statistic:.1f} residual variances, where the "
                     f"noise explains up to {gap.threshold:.1f}), but its x0_ is not: "
                     f"refitting the initial state with theta held lowers the cost from "
-                    f"{gap.cost:.6g} to {gap.held_cost:.6g}. The prediction from x0_ is what "
-                    f"misses; AdjointODE(init={polish.init!r}) refits x0 from this fit.", True)
+                    f"{gap.cost:.6g} to {gap.held_cost:.6g}. AdjointODE(init={polish.init!r}) "
+                    f"refits x0 from this fit.{still}", True)
         return (f" An AdjointODE polish from this fit lowers the cost only {drop} "
                 f"({gap.statistic:.1f} residual variances, where the noise explains up to "
                 f"{gap.threshold:.1f}): {name}'s estimate is as good as the output-error "
@@ -393,12 +400,6 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
     # the polish costs about one more fit: run it where the cheap checks cannot judge
     # (too few samples per experiment for the noise) or the fit is suspect
     suspect = ratios is None or np.max(ratios) > POLISH_RATIO
-    differences = None
-    if polish is not None and suspect:  # one sensitivity solve per experiment
-        differences = experiment_differences(
-            model, data, theta, x0s, polish.fitted, sigma=polish.sigma,
-            noise_kind=polish.noise_kind, positive=polish.positive, options=options)
-    pooled = _pooling_sentence(differences)
     gap = None
     if polish is not None and polish.init is not None and suspect:
         gap = polish_gap(model, data, theta, x0s, polish.fitted, sigma=polish.sigma,
@@ -406,6 +407,16 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
                          options=options)
         if gap is not None:
             attributes["output_error_excess_"] = gap.statistic
+    differences = None
+    if polish is not None and suspect:  # one sensitivity solve per experiment
+        # at the output-error optimum: the polished point where there is one (a fit that
+        # stopped short of it leaves gradients the pooling is not to blame for)
+        at_theta, at_x0s = ((gap.theta, gap.x0s) if gap is not None and gap.x0s is not None
+                            else (theta, x0s))
+        differences = experiment_differences(
+            model, data, at_theta, at_x0s, polish.fitted, sigma=polish.sigma,
+            noise_kind=polish.noise_kind, positive=polish.positive, options=options)
+    pooled = _pooling_sentence(differences)
 
     miss = None
     if ratios is None:  # too few samples to estimate the noise: judge by R^2
@@ -428,7 +439,8 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
     if miss is not None:
         outlier = isolated_extreme(data, model.observables)
         evidence, _ = _optimizer_evidence(name, restarts() if restarts is not None else None,
-                                          gap, polish, advice)
+                                          gap, polish, advice,
+                                          None if ratios is None else float(np.max(ratios)))
         warn(f"{name} fits its training data poorly: {miss}.{outlier}{evidence}{pooled}",
              PoorFitWarning)
         attributes["fit_adequate_"] = False
