@@ -114,8 +114,9 @@ def to_markdown(results):
     b = results.get("build")
     if b:
         lines += ["## Building it at install", "",
-                  f"SUNDIALS from `{b['archive']}` (download {b['download_wall_s']:.1f} s wall "
-                  "where not cached): the compiler's CPU "
+                  f"SUNDIALS from `{b['archive']}` (fetched in {b['download_wall_s']:.1f} s "
+                  "wall: 0.0 where the archive was in the cache; 1.25 MB from PyPI "
+                  "otherwise): the build's CPU (a Python process and the C compiler) "
                   f"{b['build_cpu_s']:.1f} s, {b['build_wall_s']:.1f} s wall, "
                   f"{b['size_mb']:.1f} MB in the package.", ""]
     s = results.get("solves")
