@@ -54,3 +54,21 @@ def test_sklode_info_prints_it(capsys):
 
     assert main(["info"]) == 0
     assert "integrator='auto': " in capsys.readouterr().out
+
+
+def test_the_package_cvodes_comes_first_and_sundials_dir_wins():
+    import pytest
+
+    from sklode.models._native import BUNDLED
+
+    if not (BUNDLED / "VERSION").is_file():
+        pytest.skip("this install did not build CVODES into the package")
+    code = "from sklode.models._native import sundials_location as s; print(s())"
+    # the install's own build, found without any environment variable
+    assert str(BUNDLED) in _run(code).stdout
+    # a SUNDIALS asked for by name is used instead (here the system's, where there is one)
+    from pathlib import Path
+
+    if not Path("/usr/include/cvodes/cvodes.h").is_file():
+        pytest.skip("no system SUNDIALS here to ask for")
+    assert _run(code, SUNDIALS_DIR="/usr").stdout.startswith("/usr (SUNDIALS ")
