@@ -270,7 +270,9 @@ def restart_check(estimator, t, Y, cost, start_costs, best, outcomes, starts, th
 
     outcomes = Parallel(n_jobs=estimator.n_jobs, prefer="threads")(
         delayed(one)(start, posed) for start, posed in tried)
-    remedies += [f"more starts (n_starts={CHECK_RESTARTS + 1}, random_state="
-                 f"{estimator.random_state!r}) or theta0 near that point"] * n_random
+    seed = ("" if estimator.random_state is None
+            else f", random_state={estimator.random_state!r}")
+    remedies += [f"more starts (n_starts={CHECK_RESTARTS + 1}{seed}) or theta0 near that "
+                 "point"] * n_random
     return Restarts(cost, np.array([c for c, _ in outcomes]), [t for _, t in outcomes],
                     what, remedies)

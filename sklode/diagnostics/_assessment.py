@@ -324,7 +324,10 @@ def _optimizer_evidence(name, restarts, gap, polish, advice, ratio=None):
     if restarts is not None:
         finite = np.isfinite(restarts.costs)
         if finite.any():
-            k = int(np.argmin(np.where(finite, restarts.costs, np.inf)))
+            costs = np.where(finite, restarts.costs, np.inf)
+            # the first start that reached the lowest optimum (to its tolerance): the start
+            # from another method's fit, tried first, is named before a random one
+            k = int(np.flatnonzero(costs <= costs.min() + _SAME_OPTIMUM * abs(costs.min()))[0])
             lowest = restarts.costs[k]
             if lowest < restarts.cost - _SAME_OPTIMUM * abs(restarts.cost):
                 theta = np.array2string(np.asarray(restarts.thetas[k]), precision=4)
