@@ -144,12 +144,9 @@ def experiment_differences(model, data, theta, x0s, fitted, *, sigma, noise_kind
 
     if data.n_experiments < 3 or not np.any(fitted):
         return None
-    start = data.with_initial_states(np.reshape(x0s, (data.n_experiments, -1)))
     try:
-        objective, u = objective_for_experiments(
-            model, start, theta0=np.asarray(theta, dtype=np.float64), fitted=fitted,
-            sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind, positive=positive,
-            **options)
+        objective, u = _posed_at(model, data, theta, x0s, fitted, sigma=sigma,
+                                 noise_kind=noise_kind, positive=positive, options=options)
         separate, rss, n_data, rank = 0.0, 0.0, 0, 0
         with np.errstate(all="ignore"):
             for k, part in enumerate(objective.parts):
@@ -179,6 +176,16 @@ def experiment_differences(model, data, theta, x0s, fitted, *, sigma, noise_kind
     f = (gain / dof1) / ((rss - separate) / dof2)
     return ExperimentDifferences(f=float(f), threshold=float(
         f_distribution.ppf(EXPERIMENTS_LEVEL, dof1, dof2)), share=gain / (rss - pooled))
+
+
+def _posed_at(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, options):
+    """``(objective, u)``: the output-error cost of the data posed at a fit (its ``theta``
+    and initial states ``x0s``), weighted as the estimator's ``sigma`` says (None: 1)."""
+    start = data.with_initial_states(np.reshape(x0s, (data.n_experiments, -1)))
+    return objective_for_experiments(
+        model, start, theta0=np.asarray(theta, dtype=np.float64), fitted=fitted,
+        sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind, positive=positive,
+        **options)
 
 
 def _step_reduction(r, J):
@@ -257,12 +264,9 @@ def polish_gap(model, data, theta, x0s, fitted, *, sigma, noise_kind, positive, 
     n_entries = sum(int(e.mask.sum()) for e in data.experiments)
     if n_entries > POLISH_MAX_ENTRIES:
         return None
-    start = data.with_initial_states(np.reshape(x0s, (data.n_experiments, -1)))
     try:
-        objective, u0 = objective_for_experiments(
-            model, start, theta0=np.asarray(theta, dtype=np.float64), fitted=fitted,
-            sigma=1.0 if sigma is None else sigma, noise_kind=noise_kind, positive=positive,
-            **options)
+        objective, u0 = _posed_at(model, data, theta, x0s, fitted, sigma=sigma,
+                                  noise_kind=noise_kind, positive=positive, options=options)
         n_x0 = objective.n_x0
         with np.errstate(all="ignore"):
             r0 = objective.residual(u0)

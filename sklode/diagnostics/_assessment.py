@@ -399,7 +399,6 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
     adequate = None if ratios is None else bool(np.all(ratios <= POOR_FIT_RATIO))
     attributes = {"misfit_ratio_": ratios, "residual_runs_z_": None,
                   "residual_time_means_": None, "output_error_excess_": None}
-    fit_residuals = residuals(model, theta, data, x0s, options)  # one solve each
     # the polish costs about one more fit: run it where the cheap checks cannot judge
     # (too few samples per experiment for the noise) or the fit is suspect
     suspect = ratios is None or np.max(ratios) > POLISH_RATIO
@@ -449,6 +448,7 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
         attributes["fit_adequate_"] = False
         return attributes
 
+    fit_residuals = residuals(model, theta, data, x0s, options)  # one solve each
     runs = None if fit_residuals is None else residual_runs(fit_residuals)
     if runs is not None:
         z, fraction = runs

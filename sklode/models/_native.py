@@ -505,22 +505,21 @@ def _compiler():
 
 def _sundials_flags():
     """Compiler flags for SUNDIALS' headers and libraries, or None when none are found."""
-    for prefix in filter(None, _sundials_prefixes()):
-        include = Path(prefix) / "include"
-        if (include / "cvodes" / "cvodes.h").is_file():
-            bundle = [p for p in (Path(prefix) / "lib").glob(f"*{_BUNDLED_LIBRARY}*")
-                      if p.suffix in (".a", ".lib")]
-            if bundle:  # the package's static library: linked into each model's library
-                return [f"-I{include}", str(bundle[0])]
-            libs = [Path(prefix) / d for d in ("lib", "lib64", "lib/x86_64-linux-gnu",
-                                                "lib/aarch64-linux-gnu")]
-            libs = [d for d in libs if d.is_dir()]
-            flags = [f"-I{include}"] + [f"-L{d}" for d in libs] + \
-                    [f"-Wl,-rpath,{d}" for d in libs]
-            core = any((d / f"libsundials_core{ext}").exists() for d in libs
-                       for ext in (".so", ".a", ".dylib"))  # SUNDIALS 7 has a core library
-            return flags + [f"-l{name}" for name in _LIBRARIES + ["sundials_core"] * core]
-    return None
+    prefix = _sundials_prefix()
+    if prefix is None:
+        return None
+    include = prefix / "include"
+    bundle = [p for p in (prefix / "lib").glob(f"*{_BUNDLED_LIBRARY}*")
+              if p.suffix in (".a", ".lib")]
+    if bundle:  # the package's static library: linked into each model's library
+        return [f"-I{include}", str(bundle[0])]
+    libs = [prefix / d for d in ("lib", "lib64", "lib/x86_64-linux-gnu",
+                                 "lib/aarch64-linux-gnu")]
+    libs = [d for d in libs if d.is_dir()]
+    flags = [f"-I{include}"] + [f"-L{d}" for d in libs] + [f"-Wl,-rpath,{d}" for d in libs]
+    core = any((d / f"libsundials_core{ext}").exists() for d in libs
+               for ext in (".so", ".a", ".dylib"))  # SUNDIALS 7 has a core library
+    return flags + [f"-l{name}" for name in _LIBRARIES + ["sundials_core"] * core]
 
 
 _UNAVAILABLE = {}  # reason by key, so that a missing compiler is looked for once
