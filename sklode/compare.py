@@ -6,7 +6,9 @@ records do not depend on ``n_jobs`` or on the joblib backend (loky, threads, Das
 One exception: with the threading backend, ``warnings`` and ``warning_messages`` may miss a
 warning or hold another fit's. Python's warning filters and its recording hook are one per
 process (context-local only from Python 3.14), and a fit that silences warnings for a moment
-silences them in every thread; process-based backends record each fit's warnings exactly.
+silences them in every thread; a fit may then meet the caller's own filters, and where those
+turn a warning into an error (``python -W error``) that fit is recorded as failed.
+Process-based backends record each fit's warnings exactly.
 
 >>> from sklode.compare import compare, summarize
 >>> records = compare("lotka_volterra", methods=["bcdprox", "adjoint"], trials=2,

@@ -8,6 +8,7 @@ import pickle
 import sys
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -69,7 +70,11 @@ def test_compare_is_the_same_for_any_n_jobs_and_backend():
                   random_state=11, as_frame=False, progress=False)
     serial = compare("lotka_volterra", n_jobs=1, **kwargs)
     processes = compare("lotka_volterra", n_jobs=2, **kwargs)
-    with parallel_config(backend="threading"):
+    with parallel_config(backend="threading"), warnings.catch_warnings():
+        # One thread's fit ending restores the process's filters under another's (before
+        # Python 3.14), whose warning then meets the filters outside compare: this suite's
+        # "error" would fail that fit (measured: 3 runs in 13). Ignored, it is only lost.
+        warnings.simplefilter("ignore")
         threads = compare("lotka_volterra", n_jobs=2, **kwargs)
     assert _strip(serial) == _strip(processes)
     # in threads everything but the warnings: before Python 3.14 the warning filters and
