@@ -410,7 +410,7 @@ def solves_section(solves):
     def ratio(a, b):
         return "–" if a is None or b is None else f"{a / b:.2f}"
 
-    first = next((r["sklode"] for r in solves.values() if "sundials" in r.get("sklode", {})),
+    first = next((r["sklode"] for r in solves.values() if r.get("sklode", {}).get("sundials")),
                  {})
     lines = ["", "## Solves against AMICI (ms, one process; `benchmarks/solves.py`)", "",
              "Every simulation condition of the problem solved once (rtol 1e-8, atol 1e-10), "
@@ -418,20 +418,20 @@ def solves_section(solves):
              "experiments that pose the same initial value problem are solved once, as AMICI "
              "solves a condition once (the fits share those solves the same way). "
              "Sensitivities: the parameters the field reads (but the import's x0 shifts), the "
-             "same columns for AMICI. sklode's CVODES path twice: linked against the system's "
-             f"SUNDIALS ({first.get('sundials')}), and against the SUNDIALS 7 that AMICI "
-             "builds and bundles (`SUNDIALS_DIR` pointed at it); each 'ratio' is the column "
-             "before it over AMICI's. The driver does its vector operations and banded LU in "
-             "code compiled with the model, so the system build's optimisation (none, in "
-             "Debian's 6.4.1) no longer decides its speed. One-time costs in CPU s: sklode's "
-             "checks and numpy compilation, its C build (compiler included, cold cache), "
-             "AMICI's import (code generation and C++ build). 'difference': largest "
-             "difference between the CVODES and LSODA states, relative to the largest state.",
+             "same columns for AMICI. sklode's CVODES path (SUNDIALS built with the package: "
+             f"{first.get('sundials')}) by its two routes: *tape*, the model's instructions "
+             "run by the solver compiled at install (no compiler at run time, the default), "
+             "and *C*, the model written as C and compiled on first use; each 'ratio' is the "
+             "column before it over AMICI's. One-time costs in CPU s: sklode's checks and "
+             "numpy compilation, the tape's encoding, the C build (compiler included, cold "
+             "cache), AMICI's import (code generation and C++ build). 'difference': largest "
+             "difference between the CVODES (tape) and LSODA states, relative to the "
+             "largest state.",
              "",
-             "| problem | states | solves | AMICI | CVODES | ratio | CVODES, AMICI's SUNDIALS "
-             "| ratio | LSODA | AMICI sens | CVODES sens | ratio | CVODES sens, AMICI's "
-             "SUNDIALS | ratio | LSODA sens | odeint, numpy field | one-time: checks, C build, "
-             "AMICI import | difference |",
+             "| problem | states | solves | AMICI | CVODES tape | ratio | CVODES C | ratio "
+             "| LSODA | AMICI sens | tape sens | ratio | C sens | ratio | LSODA sens "
+             "| odeint, numpy field | one-time: checks, tape, C build, AMICI import "
+             "| difference |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in solves.items():
         s, a = row.get("sklode", {}), row.get("amici", {})
@@ -439,17 +439,18 @@ def solves_section(solves):
             lines.append(f"| {name} | sklode failed: {s['error']} |")
             continue
         a_cpu, a_sens = a.get("cpu_s"), a.get("sens_cpu_s")
-        own, own_sens = s.get("cvodes_cpu_s"), s.get("cvodes_sens_cpu_s")
-        fast, fast_sens = s.get("cvodes_bundled_cpu_s"), s.get("cvodes_bundled_sens_cpu_s")
+        tape, tape_sens = s.get("tape_cpu_s"), s.get("tape_sens_cpu_s")
+        c, c_sens = s.get("c_cpu_s"), s.get("c_sens_cpu_s")
         lines.append(
             f"| {name} | {s['n_states']} | {s.get('n_solves', s['n_conditions'])} | "
-            f"{ms(a_cpu)} | {ms(own)} | {ratio(own, a_cpu)} | {ms(fast)} | "
-            f"{ratio(fast, a_cpu)} | {ms(s['lsoda_cpu_s'])} | {ms(a_sens)} | {ms(own_sens)} | "
-            f"{ratio(own_sens, a_sens)} | {ms(fast_sens)} | {ratio(fast_sens, a_sens)} | "
+            f"{ms(a_cpu)} | {ms(tape)} | {ratio(tape, a_cpu)} | {ms(c)} | "
+            f"{ratio(c, a_cpu)} | {ms(s['lsoda_cpu_s'])} | {ms(a_sens)} | {ms(tape_sens)} | "
+            f"{ratio(tape_sens, a_sens)} | {ms(c_sens)} | {ratio(c_sens, a_sens)} | "
             f"{ms(s['lsoda_sens_cpu_s'])} | {ms(s.get('odeint_numpy_cpu_s'))} | "
-            f"{s['checks_cpu_s']:.2f}, {s['build_cpu_s']:.2f}, "
+            f"{s['checks_cpu_s']:.2f}, {s.get('tape_build_cpu_s', float('nan')):.2f}, "
+            f"{s.get('c_build_cpu_s', float('nan')):.2f}, "
             f"{a.get('import_cpu_s', float('nan')):.1f} | "
-            f"{s.get('max_state_difference', float('nan')):.1e} |")
+            f"{s.get('tape_state_difference', float('nan')):.1e} |")
         if "error" in a:
             lines.append(f"| {name}: AMICI | {a['error']} |")
     return lines

@@ -10,13 +10,16 @@ without and with forward sensitivities, rtol 1e-8, atol 1e-10, CPU best of at le
   parameters the field depends on (the same columns sklode integrates);
 * sklode's scipy path: LSODA (``odeint``) on the compiled numpy field and Jacobian, and its
   Gauss-collocation forward sensitivities on the stored trajectory;
-* sklode's compiled path: ``integrator="CVODES"`` (the model written as C, compiled once,
-  CVODES BDF with staggered forward sensitivities);
+* sklode's CVODES path, ``integrator="CVODES"`` (BDF with staggered forward sensitivities,
+  SUNDIALS built with the package), by each of its two routes: the model's instructions
+  interpreted by the solver compiled at install ("tape", no compiler at run time), and the
+  model written as C and compiled once ("c");
 * for SEIRD and Lorenz-63, ``odeint`` with a hand-written numpy field and Jacobian.
 
 Also the one-time cost per model: the checks and the numpy compilation (``check_model``),
-and the C build (a fresh cache folder: the compiler's CPU included, from ``resource``), and
-the largest difference between the two paths' states (relative to the state's scale).
+and each route's build (a fresh model and cache folder: the encoding, or the compiler's CPU
+included, from ``resource``), and the largest difference between the CVODES and LSODA
+states (relative to the state's scale).
 
 AMICI and petab come from the registry into the benchmark's own environment; sklode is
 installed there too so that both run in this process:
@@ -94,6 +97,9 @@ def sklode_cases(name):
 
 
 def sklode_side(name, cache):
+    """sklode's columns: LSODA, and CVODES by each route (the model interpreted by the
+    package's precompiled solver, "tape", and compiled to C, "c"), each route's one-time
+    cost measured on a fresh model and an empty build cache."""
     from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
     from sklode.models import check_model
 
@@ -103,14 +109,12 @@ def sklode_side(name, cache):
     check_model(model)
     model.pointwise_field()
     checks_cpu = time.process_time() - start
-    start, children = time.process_time(), _children_cpu()
     native = model.native_solver()
-    build_cpu = time.process_time() - start + _children_cpu() - children
     cases = _distinct(cases, native)
     out = {"n_states": model.n_states, "n_params": model.n_params,
            "n_conditions": len(cases), "n_solves": len(cases), "checks_cpu_s": checks_cpu,
-           "build_cpu_s": build_cpu, "native": native is not None,
-           "native_reason": model.native_unavailable_reason()}
+           "native": native is not None, "native_reason": model.native_unavailable_reason(),
+           "sundials": _sundials_version()}
     # sensitivities for the parameters the field reads, but the import's x0 shifts
     # ("x0_weight:S", never estimated; AMICI has no such parameters)
     params = None
@@ -119,7 +123,7 @@ def sklode_side(name, cache):
                   if ":" not in model.param_names[k]]
         out["sensitivity_params"] = [model.param_names[k] for k in params]
 
-    def solve_all(integrator, with_sens):
+    def solve_all(model, integrator, with_sens):
         result = []
         for theta, x0, t0, t in cases:
             traj = forward_trajectory(model, theta, x0, t0, t, integrator=integrator,
@@ -128,60 +132,44 @@ def sklode_side(name, cache):
                           if with_sens else traj.states)
         return result
 
-    for integrator in ("LSODA", "CVODES"):
-        key = integrator.lower()
-        out[f"{key}_cpu_s"] = _cpu(lambda: solve_all(integrator, False))
-        out[f"{key}_sens_cpu_s"] = _cpu(lambda: solve_all(integrator, True))
-    a, b = solve_all("LSODA", False), solve_all("CVODES", False)
-    out["max_state_difference"] = max(
-        float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-300)) for x, y in zip(a, b))
-    a, b = solve_all("LSODA", True), solve_all("CVODES", True)
-    out["max_sensitivity_difference"] = max(
-        float(np.max(np.abs(x[..., params] - y[..., params]))
-              / max(np.max(np.abs(x[..., params])), 1e-300)) for x, y in zip(a, b))
+    out["lsoda_cpu_s"] = _cpu(lambda: solve_all(model, "LSODA", False))
+    out["lsoda_sens_cpu_s"] = _cpu(lambda: solve_all(model, "LSODA", True))
+    lsoda, lsoda_sens = solve_all(model, "LSODA", False), solve_all(model, "LSODA", True)
+    if native is not None:
+        for route in ("tape", "c"):
+            os.environ["SKLODE_CVODES_MODEL"] = route
+            try:
+                fresh, _ = sklode_cases(name)
+                fresh.pointwise_field()
+                start, children = time.process_time(), _children_cpu()
+                solver = fresh.native_solver()
+                out[f"{route}_build_cpu_s"] = (time.process_time() - start + _children_cpu()
+                                               - children)
+                if solver is None:
+                    out[f"{route}_reason"] = fresh.native_unavailable_reason()
+                    continue
+                out[f"{route}_cpu_s"] = _cpu(lambda: solve_all(fresh, "CVODES", False))
+                out[f"{route}_sens_cpu_s"] = _cpu(lambda: solve_all(fresh, "CVODES", True))
+                states = solve_all(fresh, "CVODES", False)
+                sens = solve_all(fresh, "CVODES", True)
+            finally:
+                del os.environ["SKLODE_CVODES_MODEL"]
+            out[f"{route}_state_difference"] = max(
+                float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-300))
+                for x, y in zip(lsoda, states))
+            out[f"{route}_sensitivity_difference"] = max(
+                float(np.max(np.abs(x[..., params] - y[..., params]))
+                      / max(np.max(np.abs(x[..., params])), 1e-300))
+                for x, y in zip(lsoda_sens, sens))
     if name in ("SEIRD", "Lorenz63"):
         out["odeint_numpy_cpu_s"] = _cpu(lambda: _odeint_numpy(name, cases))
-    out["sundials"] = _sundials_version()
-    # the same C model linked against the SUNDIALS that AMICI builds and bundles (7.x, its
-    # own optimisation flags): the integrator's speed is its build's
-    bundled = _amici_sundials()
-    if bundled is not None and native is not None:
-        previous = os.environ.get("SUNDIALS_DIR")
-        os.environ["SUNDIALS_DIR"] = bundled
-        try:
-            model, _ = sklode_cases(name)
-            if model.native_solver() is not None:
-                out["cvodes_bundled_cpu_s"] = _cpu(lambda: solve_all("CVODES", False))
-                out["cvodes_bundled_sens_cpu_s"] = _cpu(lambda: solve_all("CVODES", True))
-        finally:
-            if previous is None:
-                del os.environ["SUNDIALS_DIR"]
-            else:
-                os.environ["SUNDIALS_DIR"] = previous
     return out
 
 
 def _sundials_version():
-    from sklode.models._native import _sundials_flags
+    from sklode.models._native import sundials_location
 
-    flags = _sundials_flags() or []
-    for flag in flags:
-        if flag.startswith("-I"):
-            config = Path(flag[2:]) / "sundials" / "sundials_config.h"
-            for line in config.read_text().splitlines():
-                if line.startswith("#define SUNDIALS_VERSION "):
-                    return f"{line.split()[-1].strip(chr(34))} ({flag[2:]})"
-    return None
-
-
-def _amici_sundials():
-    """AMICI's installation folder (include/ and lib/ with its SUNDIALS), or None."""
-    try:
-        import amici
-    except ImportError:
-        return None
-    folder = Path(amici.__file__).parent / "_installation"
-    return str(folder) if (folder / "include" / "cvodes" / "cvodes.h").is_file() else None
+    return sundials_location()
 
 
 def _distinct(cases, native):

@@ -11,6 +11,11 @@ CMake would generate, and compiles them, optimised, into one static library:
     sklode/_sundials/lib/libsklode_sundials.a
     sklode/_sundials/VERSION              "7.1.1 from amici-1.0.1.tar.gz"
 
+and then, against it, the solver every model uses with no compiler at run time (sklode's
+CVODES driver with the interpreter of a model's instructions, sklode/models/_tape_model.c):
+
+    sklode/_sundials/lib/libsklode_tape.so    (.dylib on macOS, sklode_tape.dll on Windows)
+
 ``sklode.models._native`` looks there first (``SUNDIALS_DIR`` set by the user wins). Where the
 archive cannot be had (no network to the registry) or no C compiler exists, the install goes
 on without it, and ``integrator="auto"`` says why once per process.
@@ -122,7 +127,8 @@ def _config_headers(include):
 
 
 def bundle(target, *, cache=None, verbose=True):
-    """Build the static CVODES library into ``target`` (a ``sklode/_sundials`` folder).
+    """Build the static CVODES library into ``target`` (a ``sklode/_sundials`` folder),
+    then the solver for every model against it (:func:`build_tape_solver`).
 
     Parameters
     ----------
@@ -137,22 +143,68 @@ def bundle(target, *, cache=None, verbose=True):
     bool
         Whether the library is there (built now or before).
     """
+    target = Path(target)
+    stamp = f"{'.'.join(map(str, SUNDIALS_VERSION))} from {ARCHIVE}\n"
+    if not ((target / "VERSION").is_file() and (target / "VERSION").read_text() == stamp):
+        _build_sundials(target, stamp, cache, verbose)
+    build_tape_solver(target, verbose=verbose)
+    return True
+
+
+def _compiler():
     from setuptools._distutils.ccompiler import new_compiler
     from setuptools._distutils.sysconfig import customize_compiler
 
+    compiler = new_compiler()
+    customize_compiler(compiler)
+    flags = ["/O2"] if compiler.compiler_type == "msvc" else ["-O2", "-fPIC", "-std=c99"]
+    return compiler, flags
+
+
+def tape_library_name():
+    if sys.platform == "win32":
+        return "sklode_tape.dll"
+    return "libsklode_tape.dylib" if sys.platform == "darwin" else "libsklode_tape.so"
+
+
+def build_tape_solver(target, *, verbose=True):
+    """Compile sklode's CVODES driver with the instruction interpreter
+    (``sklode/models/_tape_model.c``) into ``target/lib``, linked with the static CVODES
+    library there; again only when those sources changed (a stamp holds their hash)."""
     target = Path(target)
-    stamp = f"{'.'.join(map(str, SUNDIALS_VERSION))} from {ARCHIVE}\n"
-    if (target / "VERSION").is_file() and (target / "VERSION").read_text() == stamp:
-        return True
+    models = Path(__file__).resolve().parents[1] / "sklode" / "models"
+    sources = [models / "_tape_model.c", models / "_cvodes_driver.c"]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    library = target / "lib" / tape_library_name()
+    stamp = target / "lib" / "tape.sha256"
+    if library.is_file() and stamp.is_file() and stamp.read_text() == digest:
+        return library
+    compiler, flags = _compiler()
+    with tempfile.TemporaryDirectory() as tmp:
+        objects = compiler.compile([str(sources[0])], output_dir=tmp,
+                                   include_dirs=[str(target / "include"), str(models)],
+                                   extra_postargs=flags)
+        built = Path(tmp) / library.name
+        compiler.link_shared_object(objects, str(built), libraries=[LIBRARY],
+                                    library_dirs=[str(target / "lib")],
+                                    extra_postargs=[] if compiler.compiler_type == "msvc"
+                                    else ["-lm"])
+        shutil.copy(built, library)
+    stamp.write_text(digest)
+    if verbose:
+        print(f"sklode: the CVODES solver for every model built into {library}",
+              file=sys.stderr)
+    return library
+
+
+def _build_sundials(target, stamp, cache, verbose):
     cache = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sklode"
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "sundials"
         _extract(fetch_archive(cache), source)
         _config_headers(source / "include")
-        compiler = new_compiler()
-        customize_compiler(compiler)
+        compiler, flags = _compiler()
         sources = sorted(str(p) for part in _PARTS for p in (source / "src" / part).glob("*.c"))
-        flags = ["/O2"] if compiler.compiler_type == "msvc" else ["-O2", "-fPIC", "-std=c99"]
         objects = compiler.compile(
             sources, output_dir=str(Path(tmp) / "obj"),
             include_dirs=[str(source / "include"), str(source / "src" / "sundials")],
@@ -169,7 +221,6 @@ def bundle(target, *, cache=None, verbose=True):
         shutil.copytree(staged, target)
     if verbose:
         print(f"sklode: SUNDIALS {stamp.strip()} built into {target}", file=sys.stderr)
-    return True
 
 
 if __name__ == "__main__":  # python build_tools/bundle_cvodes.py sklode/_sundials

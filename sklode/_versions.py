@@ -33,11 +33,11 @@ def auto_integrator():
     reason : str
         Where CVODES was found, or why it cannot be used and how to get it.
     """
-    from .models._native import native_unavailable_reason, sundials_location
+    from .models._native import cvodes_in_words, native_unavailable_reason
 
     reason = native_unavailable_reason()
     if reason is None:
-        return "CVODES", f"SUNDIALS' CVODES found: {sundials_location()}"
+        return "CVODES", f"SUNDIALS' CVODES: {cvodes_in_words()}"
     return "LSODA", reason
 
 

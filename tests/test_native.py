@@ -14,9 +14,12 @@ import torch
 from sklode import AdjointODE, ODEModel, simulate
 from sklode.exceptions import CompilationWarning, IntegrationError
 from sklode.models import SEIRD, LogisticGrowth, Lorenz63, Lorenz96, LotkaVolterra
-from sklode.models._native import native_unavailable_reason
+from sklode.models._native import (native_solver, native_unavailable_reason,
+                                   route_unavailable_reason)
 from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 
+needs_compiler = pytest.mark.skipif(route_unavailable_reason("c") is not None,
+                                    reason="no C compiler and SUNDIALS for per-model C")
 needs_native = pytest.mark.skipif(native_unavailable_reason() is not None,
                                   reason=str(native_unavailable_reason()))
 
@@ -291,9 +294,10 @@ def test_blowup_and_nonfinite_raise_integration_error():
         simulate(Domain(), [1.0], [-1.0], [0.5, 2.0], t0=0.0, integrator="CVODES")
 
 
-@needs_native
+@needs_compiler
 def test_build_is_cached_and_model_pickles(tmp_path, monkeypatch):
     monkeypatch.setenv("SKLODE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SKLODE_CVODES_MODEL", "c")  # the route that builds per model
     first = LotkaVolterra().native_solver()
     second = LotkaVolterra().native_solver()  # a new instance: the same library from disk
     assert first.library == second.library
@@ -520,20 +524,21 @@ def test_driver_lu_exchanges_rows_and_matches_the_closed_form():
     assert np.max(np.abs(sens[:, :, 0] - np.column_stack([da, db]))) < 1e-8
 
 
-@needs_native
+@needs_compiler
 def test_driver_kernels_equal_the_sundials_library_to_the_bit():
     # The driver's vector operations and LU replace the library's for speed only: the same
     # solve and sensitivities, bit for bit, as with SUNDIALS' own (compiled here with
     # SKLODE_LIBRARY_KERNELS). Computing a x + b y where the library computes a (x - y)
     # (a = -b) changes this solve after a few steps; a difference in the last bit grows
     # along the solution and through the restart at the switch.
-    from sklode.models._native import _DRIVER, NativeSolver, _build, _Program
+    from sklode.models._native import _DRIVER, NativeSolver, _build
+    from sklode.models._program import Program
 
     model = Kitchen()
-    ours = model.native_solver()
-    assert ours is not None, model.native_unavailable_reason()
+    ours, reason = native_solver(model, model._pointwise().field.compiled, route="c")
+    assert ours is not None, reason
     recorder, x, theta, out = model._pointwise().field.compiled.recording
-    source = (_Program(recorder, x, theta, out).source(model.n_states, model.n_params)
+    source = (Program(recorder, x, theta, out).source(model.n_states, model.n_params)
               + "#define SKLODE_LIBRARY_KERNELS\n" + _DRIVER.read_text())
     library = NativeSolver(*_build(source), model.n_states, model.n_params,
                            ours.param_in_field)
@@ -571,10 +576,11 @@ class SpringChain(ODEModel):
 def _dense_twin(model):
     """The model's CVODES solver built with the band set to the whole matrix (as the
     kernels test builds its library variant)."""
-    from sklode.models._native import _DRIVER, NativeSolver, _build, _Program
+    from sklode.models._native import _DRIVER, NativeSolver, _build
+    from sklode.models._program import Program
 
     recorder, x, theta, out = model._pointwise().field.compiled.recording
-    program = _Program(recorder, x, theta, out)
+    program = Program(recorder, x, theta, out)
     n = model.n_states
     source = program.source(n, model.n_params)
     for side, width in zip(("LOWER", "UPPER"), program.band):
@@ -583,6 +589,37 @@ def _dense_twin(model):
         assert f"#define BAND_{side} {n - 1}\n" in source  # the twin is dense
     return NativeSolver(*_build(source + _DRIVER.read_text()), n, model.n_params,
                         model.native_solver().param_in_field, (n - 1, n - 1))
+
+
+@needs_compiler
+@pytest.mark.parametrize("model", [Kitchen(), SpringChain(12), MeanField(30)],
+                         ids=lambda m: type(m).__name__)
+def test_the_interpreted_model_solves_as_the_compiled_c_to_the_bit(model):
+    # One program, two routes to the same driver: its instructions run by the solver built
+    # at install, and C compiled per model. Kitchen has every operation and a switch in
+    # time, SpringChain a reordered band, MeanField a dense 30-state Jacobian. Equal bits,
+    # not a tolerance: the same double operations in the same order (a C compiler's
+    # pow(x, 2.0) -> x * x is done for both before either), so any difference is a bug.
+    field = model._pointwise().field.compiled
+    tape, why = native_solver(model, field, route="tape")
+    assert tape is not None and tape.route == "tape", why
+    c, why = native_solver(model, field, route="c")
+    assert c is not None and c.route == "c", why
+    assert tape.band == c.band
+    rng = np.random.default_rng(0)
+    theta = np.array(model.default_theta)
+    x0 = rng.uniform(0.2, 1.0, model.n_states)
+    t = np.linspace(0.1, 8.0, 30)
+    kwargs = dict(rtol=1e-8, atol=1e-10, sens_x0=True,
+                  sens_params=np.arange(model.n_params))
+    a, b = tape(0.0, x0, theta, t, **kwargs), c(0.0, x0, theta, t, **kwargs)
+    assert a[2]["failure"] is None and a[2]["n_steps"] == b[2]["n_steps"] > 0
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    for _ in range(20):  # and pointwise, where the checks compare with numpy to 1e-10
+        x = rng.normal(size=model.n_states)
+        for u, v in zip(tape.evaluate(1.0, x, theta), c.evaluate(1.0, x, theta)):
+            np.testing.assert_array_equal(u, v)
 
 
 @needs_native
