@@ -314,7 +314,7 @@ def cold_start():
             "help_wall": min(wall([python, "-m", "sklode.cli", "--help"]) for _ in range(3))}
 
 
-def main(parts):
+def main(parts, problems=None):
     fits = ["seird", "seird_e3", "seird_e4a", "seird_e4b", "seird_e4c", *SYSTEMS]
     path = HERE / "results" / "forward.json"
     results = json.loads(path.read_text()) if path.exists() else {}
@@ -333,7 +333,7 @@ def main(parts):
     if "solves" in parts:
         import solves
 
-        results["solves"] = solves.run()
+        results["solves"] = solves.run(problems)
     lines = ["# Forward solves", "", "Written by `benchmarks/forward.py` (one process; the "
              "first fits in fresh subprocesses). CPU seconds single-threaded.", "",
              "## The field, per call (µs)", "",
@@ -461,4 +461,7 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default="fields,fits,predict,cold,wide,solves")
-    main(parser.parse_args().parts.split(","))
+    parser.add_argument("--problems", default=None,
+                        help="comma-separated problems for the solves part (default: all)")
+    args = parser.parse_args()
+    main(args.parts.split(","), args.problems.split(",") if args.problems else None)

@@ -125,8 +125,9 @@ def _warn_fallback_once():
 def integrator_for(model, integrator):
     """The integrator a solve of ``model`` asked with ``integrator`` runs on.
 
-    ``"auto"`` is ``"CVODES"`` where the model compiles here (a C compiler, SUNDIALS, and an
-    ``rhs`` the recorder can write as C) and has at most :data:`AUTO_MAX_STATES` states or
+    ``"auto"`` is ``"CVODES"`` where the model reaches CVODES here (the package's solver
+    built at install, or a C compiler and SUNDIALS, and an ``rhs`` the recorder can unroll)
+    and has at most :data:`AUTO_MAX_STATES` states or
     a banded ``df/dx`` (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), and
     ``"LSODA"`` otherwise (where CVODES cannot be used on this machine at all, with a
     :class:`~sklode.exceptions.CompilationWarning` once per process naming why): CVODES took
@@ -184,12 +185,12 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         Output times, monotone in the direction of integration, without repeats.
     integrator : str, default="LSODA"
         One of :data:`INTEGRATORS`. ``"Radau"``, ``"BDF"`` and ``"LSODA"`` are stiff-capable
-        and receive the model's Jacobian. ``"CVODES"`` solves with the model compiled to C
-        and SUNDIALS' CVODES (BDF, the generated Jacobian), the whole solve in one call
-        (:meth:`~sklode.ODEModel.native_solver`); where the model cannot be compiled, or
+        and receive the model's Jacobian. ``"CVODES"`` solves with SUNDIALS' CVODES (BDF,
+        the model's unrolled Jacobian), the whole solve in one C call
+        (:meth:`~sklode.ODEModel.native_solver`); where the model cannot reach it, or
         for dense output, a batch or a backward solve, it is LSODA (a
         :class:`~sklode.exceptions.CompilationWarning` says so once per model).
-        ``"auto"``: CVODES where the model compiles, LSODA otherwise, without a warning
+        ``"auto"``: CVODES where the model reaches it, LSODA otherwise, without a warning
         (:func:`integrator_for`).
     rtol, atol : float
         Tolerances passed to :func:`scipy.integrate.solve_ivp`.
@@ -401,8 +402,8 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
     t0 : float, optional
         Time of ``x0``. Default: the earliest of ``t``.
     integrator : str, default="auto"
-        ``"auto"`` (the model compiled to C and integrated by SUNDIALS' CVODES where a C
-        compiler and SUNDIALS are found, LSODA otherwise: :func:`integrator_for`),
+        ``"auto"`` (SUNDIALS' CVODES where the model reaches it, LSODA otherwise:
+        :func:`integrator_for`),
         ``"CVODES"``, or a :func:`scipy.integrate.solve_ivp` method; see :func:`solve`.
     rtol : float, default=1e-8
         Relative tolerance.

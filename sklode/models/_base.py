@@ -421,17 +421,18 @@ class ODEModel:
         return cached
 
     def native_solver(self):
-        """The model compiled to C and integrated by CVODES, or None.
+        """The model's CVODES solve in one C call, or None.
 
         Built on first use from the recorded program of :meth:`pointwise_field` (see
-        :mod:`sklode.models._native`; it needs a C compiler and SUNDIALS), checked against
+        :mod:`sklode.models._native`: its instructions run by the solver the install built,
+        or C compiled per model), checked against
         the numpy field at random points, and kept on the model; ``integrator="CVODES"``
         uses it.
 
         Returns
         -------
         NativeSolver or None
-            None where the model cannot be compiled; :meth:`native_unavailable_reason`
+            None where the model cannot reach CVODES; :meth:`native_unavailable_reason`
             then says why.
         """
         forms = derived(self)
@@ -451,8 +452,8 @@ class ODEModel:
         Returns
         -------
         str or None
-            A sentence naming what is missing (a C compiler, SUNDIALS) or what the generator
-            cannot write (an ``rhs`` with Python control flow on a value, or an operation it does
+            A sentence naming what is missing (the package's solver, a C compiler,
+            SUNDIALS) or what the generator cannot unroll (an ``rhs`` with Python control flow on a value, or an operation it does
             not know).
         """
         self.native_solver()
