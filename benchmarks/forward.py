@@ -58,6 +58,18 @@ def sir_np(t, x, beta, gamma):
     return [-beta * S * I, beta * S * I - gamma * I]
 
 
+def sir_counts(t, x, theta):  # head counts of a population of 1,000
+    S, I = x[..., 0], x[..., 1]  # noqa: E741
+    new = theta[0] * S * I / 1000.0
+    return torch.stack([-new, new - theta[1] * I, theta[1] * I], dim=-1)
+
+
+def sir_counts_np(t, x, beta, gamma):
+    S, I, _ = x  # noqa: E741
+    new = beta * S * I / 1000.0
+    return [-new, new - gamma * I, gamma * I]
+
+
 def michaelis_menten(t, x, theta):
     vmax, km, feed = theta[0], theta[1], theta[2]
     s, p = x[..., 0], x[..., 1]
@@ -105,6 +117,11 @@ SYSTEMS = {
     "Lorenz-63, T = 201": (lorenz63, lorenz63_np, ("a", "b", "c"), ("sigma", "rho", "beta"),
                            (10.0, 28.0, 8 / 3), (9.0, 26.0, 2.5), (1.0, 1.0, 1.0),
                            np.linspace(0, 2, 201), (0, 1, 2), 0.5),
+    # #57's held-out figure: an easy fit (at the optimum) with heteroscedastic noise, x0 known
+    "SIR counts, I and R, 5 % relative noise": (
+        sir_counts, sir_counts_np, ("S", "I", "R"), ("beta", "gamma"), (0.5, 0.2), (0.4, 0.25),
+        (990.0, 10.0, 0.0), np.linspace(0, 40, 41), (1, 2), 0.05,
+        {"relative": True, "estimate_x0": False}),
 }
 
 
@@ -113,14 +130,23 @@ def system_problem(name, seed=0):
     from sklode import simulate
     from sklode.models import FunctionModel
 
-    rhs, rhs_np, states, params, theta, theta0, x0, t, observed, noise = SYSTEMS[name]
+    rhs, rhs_np, states, params, theta, theta0, x0, t, observed, noise, *more = SYSTEMS[name]
+    options = more[0] if more else {}
     model = FunctionModel(rhs, states, params)
     X = simulate(model, theta, x0, t)
-    Y = X[:, list(observed)] + noise * np.random.default_rng(seed).standard_normal(
-        (t.size, len(observed)))
-    x0_guess = np.array(x0) * 1.1 + 0.01
-    fit = dict(theta0=np.array(theta0), x0=x0_guess, observed=observed)
-    base = dict(theta0=np.array(theta0), x0=x0_guess, observed=observed, fun=rhs_np)
+    draws = np.random.default_rng(seed).standard_normal((t.size, len(observed)))
+    if options.get("relative"):  # noise in proportion to the value
+        Y = X[:, list(observed)] * (1 + noise * draws)
+    else:
+        Y = X[:, list(observed)] + noise * draws
+    if options.get("estimate_x0", True):
+        x0_guess = np.array(x0) * 1.1 + 0.01
+        known = {}
+    else:  # the initial state known: both fit theta alone, from t0 = 0
+        x0_guess, known = np.array(x0), {"estimate_x0": False, "t0": 0.0}
+    fit = dict(theta0=np.array(theta0), x0=x0_guess, observed=observed, **known)
+    base = dict(theta0=np.array(theta0), x0=x0_guess, observed=observed, fun=rhs_np,
+                **known)
     return model, t, Y, fit, base
 
 
