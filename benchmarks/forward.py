@@ -374,11 +374,12 @@ def main(parts, problems=None):
     lines += ["", "## AdjointODE against the hand-written loop (CPU s)", "",
               "AdjointODE with its default `integrator=\"auto\"` (here "
               f"{', '.join(sorted({r['default_integrator'] for r in results['fits'].values()}))}"
-              ": the model compiled to C and integrated by SUNDIALS' CVODES where a C compiler "
-              "and SUNDIALS are found, LSODA otherwise) and with `integrator=\"LSODA\"`, "
-              "warm (best of 3 in this process); the first fit of a fresh process (imports "
-              "excluded, the C compiler's CPU included) with the build cache "
-              "`~/.cache/sklode/native` filled by an earlier process, and empty (the model "
+              ": SUNDIALS' CVODES built with the package, each model run as instructions in "
+              "its precompiled solver; LSODA where it cannot be used) and with "
+              "`integrator=\"LSODA\"`, warm (best of 3 in this process); the first fit of a "
+              "fresh process (imports excluded, any compiler's CPU included) with the build "
+              "cache `~/.cache/sklode/native` filled by an earlier process, and empty (nothing "
+              "is compiled on the default route: with `SKLODE_CVODES_MODEL=c` the model is "
               "compiled to C in that fit).", "",
               "| system | AdjointODE warm | hand-written loop | warm / loop | first fit, "
               "fresh process | first fit, empty build cache | first fit (empty cache) minus "

@@ -18,9 +18,12 @@
    solve and per solve with forward sensitivities (all parameters and x0) of Lotka-Volterra,
    Lorenz-96 (40 states) and that SIR, CPU ms, best of 5 rounds.
 
+4. ``venv``: ``pip wheel .`` (wall), then a fresh venv with torch (from the local disk) and
+   that wheel (wall), and the sizes: the wheel, sklode installed, the whole venv.
+
 Writes ``benchmarks/results/install.md`` and ``.json``; CPU seconds single-threaded.
 
-    python benchmarks/install.py [--parts build,solves,routes]
+    python benchmarks/install.py [--parts build,solves,routes,venv]
 """
 
 from __future__ import annotations
@@ -147,6 +150,33 @@ def routes():
     return rows
 
 
+def _size(folder):
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file()
+               and not p.is_symlink()) / 1e6
+
+
+def venv():
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+                        str(Path(tmp) / "wheels"), str(clone)], check=True, capture_output=True)
+        wheel_wall = time.perf_counter() - start
+        wheel = next((Path(tmp) / "wheels").glob("sklode-*.whl"))
+        env = Path(tmp) / "venv"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+        subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                        "torch==2.13.0", str(wheel)], check=True, capture_output=True)
+        install_wall = time.perf_counter() - start
+        site = next(env.glob("lib/python*/site-packages"))
+        return {"wheel": wheel.name, "wheel_mb": wheel.stat().st_size / 1e6,
+                "wheel_wall_s": wheel_wall, "install_wall_s": install_wall,
+                "sklode_mb": _size(site / "sklode"), "venv_mb": _size(env),
+                "torch_mb": _size(site / "torch")}
+
+
 def build():
     from bundle_cvodes import ARCHIVE, fetch_archive
 
@@ -208,6 +238,14 @@ def to_markdown(results):
                 lines.append(f"| {label} | {name} | {r['auto']} | {r['CVODES']:.3f} | "
                              f"{r['LSODA']:.3f} | {r['ratio']:.3f} |")
         lines.append("")
+    v = results.get("venv")
+    if v:
+        lines += ["## A wheel, and a fresh venv", "",
+                  f"`pip wheel .` from a clean clone: {v['wheel_wall_s']:.0f} s wall (SUNDIALS "
+                  f"and the solver compiled), `{v['wheel']}`, {v['wheel_mb']:.1f} MB. A fresh "
+                  f"venv with torch 2.13.0 (CPU, from the local disk) and the wheel: "
+                  f"{v['install_wall_s']:.0f} s wall; sklode installed {v['sklode_mb']:.1f} MB "
+                  f"of a {v['venv_mb']:.0f} MB venv (torch {v['torch_mb']:.0f} MB).", ""]
     r = results.get("routes")
     if r:
         lines += ["## Two routes to CVODES: the package's solver, or C per model", "",
@@ -237,7 +275,7 @@ def to_markdown(results):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="build,solves,routes")
+    parser.add_argument("--parts", default="build,solves,routes,venv")
     args = parser.parse_args(argv)
     path = RESULTS / "install.json"
     results = json.loads(path.read_text()) if path.exists() else {}
@@ -248,6 +286,8 @@ def main(argv=None):
         results["solves"] = solves()
     if "routes" in parts:
         results["routes"] = routes()
+    if "venv" in parts:
+        results["venv"] = venv()
     path.write_text(json.dumps(results, indent=1))
     (RESULTS / "install.md").write_text(to_markdown(results))
     print(to_markdown(results))
