@@ -183,6 +183,7 @@ def build_tape_solver(target, *, verbose=True):
     with tempfile.TemporaryDirectory() as tmp:
         objects = compiler.compile([str(sources[0])], output_dir=tmp,
                                    include_dirs=[str(target / "include"), str(models)],
+                                   macros=[("SKLODE_TAPE_SOURCE", f'"{digest}"')],
                                    extra_postargs=flags)
         built = Path(tmp) / library.name
         compiler.link_shared_object(objects, str(built), libraries=[LIBRARY],

@@ -353,8 +353,9 @@ def raise_native_failure(model, theta, t_span, info, limit):
             "probably far from realistic values.", t_reached=t)
     if info["failure"] == "nonfinite" and info["flag"] in (-9, -10, -12):
         raise IntegrationError(
-            f"{model!r}.rhs returned non-finite values at t={t:.6g} with theta={theta}. The "
-            "parameters may be outside the model's domain.", t_reached=t)
+            f"{model!r}.rhs returned non-finite values at t={t:.6g} for "
+            f"x={info.get('x_nonfinite')} with theta={theta}. The parameters may be outside "
+            "the model's domain.", t_reached=t)
     reason = _CVODES_FLAGS.get(info["flag"], f"CVODES flag {info['flag']}")
     raise IntegrationError(
         f"Integration of {model!r} with theta={theta} failed at t={t:.6g} (started at "

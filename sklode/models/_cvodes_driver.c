@@ -30,7 +30,8 @@
 #define SKLODE_ENTRY SKLODE_EXPORT
 #endif
 
-/* What the solve reports back through info[]: */
+/* What the solve reports back through info[] (then, from info[INFO_SIZE], the NX values of
+ * the last state where the field was not finite): */
 enum { INFO_T_REACHED, INFO_N_RHS, INFO_N_STEPS, INFO_FAILURE, INFO_SIZE };
 /* Failure kinds (info[INFO_FAILURE]): */
 enum { OK = 0, BLOWUP = 1, NONFINITE = 2, CVODES_FAILED = 3 };
@@ -43,6 +44,7 @@ typedef struct {
     int failure;
     int n_sens;
     const int *sens_param; /* column j of S differentiates theta[sens_param[j]] (or x0: -1) */
+    double *x_nonfinite;   /* where the last non-finite field was met (info + INFO_SIZE) */
     /* one allocation, the model's sizes: */
     double *jx, *jp;       /* the nonzero entries of df/dx and df/dtheta */
     double *column;        /* df/dtheta_k as dense columns (NP x NX), for the sens rhs */
@@ -94,7 +96,11 @@ static int rhs(sunrealtype t, N_Vector y, N_Vector ydot, void *user_data) {
     if (norm2 > u->blowup * u->blowup) { u->failure = BLOWUP; return -1; }
     model_f(t, x, u->p, u->sw, dx);
     for (int i = 0; i < NX; i++) {
-        if (!isfinite(dx[i])) { u->failure = NONFINITE; return 1; }  /* recoverable */
+        if (!isfinite(dx[i])) {  /* recoverable: CVODES retries with a shorter step */
+            u->failure = NONFINITE;
+            memcpy(u->x_nonfinite, x, sizeof(double) * NX);
+            return 1;
+        }
     }
     u->failure = OK;
     return 0;
@@ -512,6 +518,7 @@ SKLODE_ENTRY int sklode_solve(double t0, const double *x0, const double *p, int 
     memset(&u, 0, sizeof(u));
     u.p = p; u.blowup = blowup; u.t_last = t0;
     u.n_sens = n_sens; u.sens_param = sens_param;
+    u.x_nonfinite = info + INFO_SIZE;
 #ifdef SKLODE_LIBRARY_KERNELS
     if (HAS_PERM) { flag = -99; goto done; }  /* SUNDIALS' own solve knows no reordering */
 #endif

@@ -317,7 +317,8 @@ class NativeSolver:
         sens : ndarray (n_times, n_states, q) or None
         info : dict
             ``t_reached``, ``n_rhs``, ``n_steps``, ``flag`` (0 on success, else CVODES'
-            flag), ``failure`` (None, "blowup", "nonfinite" or "cvodes").
+            flag), ``failure`` (None, "blowup", "nonfinite" or "cvodes"), ``x_nonfinite``
+            (the state where the field was last not finite, for "nonfinite").
         """
         n = self.n_states
         params = np.zeros(0, dtype=np.intc) if sens_params is None else \
@@ -333,7 +334,7 @@ class NativeSolver:
         times = np.ascontiguousarray(times, dtype=np.float64)
         states = np.empty((times.size, n))
         sens = np.empty((times.size, max(q, 1), n))
-        info = np.zeros(4)
+        info = np.zeros(4 + n)  # then the state where the field was last non-finite
         flag = self._solve(*self._model, float(t0), np.ascontiguousarray(x0, dtype=np.float64),
                            np.ascontiguousarray(theta, dtype=np.float64), times.size, times,
                            float(rtol), np.ascontiguousarray(np.broadcast_to(
@@ -342,7 +343,8 @@ class NativeSolver:
                            columns if q else np.zeros(1, dtype=np.intc), s0, states, sens, info)
         failure = (None, "blowup", "nonfinite", "cvodes")[int(info[3])] if flag else None
         result = {"t_reached": float(info[0]), "n_rhs": int(info[1]), "n_steps": int(info[2]),
-                  "flag": int(flag), "failure": failure}
+                  "flag": int(flag), "failure": failure,
+                  "x_nonfinite": info[4:].copy() if failure == "nonfinite" else None}
         return states, (np.swapaxes(sens[:, :q], 1, 2) if q else None), result
 
 

@@ -510,7 +510,7 @@ class Program:
     # ------------------------------------------------------------------ the C source
     def source(self, n_states, n_params):
         """The model part of the C solver (the driver follows it)."""
-        lines = ["#include <stddef.h>", "#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
+        lines = ["#include <math.h>", "#include <stddef.h>", "#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
                  f"#define NX {n_states}", f"#define NP {n_params}"]
         body = "\n".join(f"    const double {label} = {e};" for label, e in self.value_lines)
         lines.append("static void model_f(double t, const double *x, const double *p, "

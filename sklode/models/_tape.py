@@ -9,8 +9,10 @@ library ``libsklode_tape`` is built with the package (build_tools/bundle_cvodes.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import struct
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -182,10 +184,19 @@ def _load(path):
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
         return None, f"the package's CVODES solver could not be loaded: {exc}"
-    lib.sklode_tape_operations.restype = ctypes.c_char_p
-    if lib.sklode_tape_operations().decode() != ",".join(OPERATIONS):
-        return None, ("the package's CVODES solver was built from another version of "
-                      "sklode (reinstall it)")
+    here = Path(__file__).with_name
+    shipped = hashlib.sha256(b"".join(here(name).read_bytes() for name in (
+        "_tape_model.c", "_cvodes_driver.c"))).hexdigest()
+    try:
+        operations, source = lib.sklode_tape_operations, lib.sklode_tape_source
+    except AttributeError:  # older than the source check
+        operations = source = None
+    if operations is not None:
+        operations.restype = source.restype = ctypes.c_char_p
+    if (operations is None or operations().decode() != ",".join(OPERATIONS)
+            or source().decode() != shipped):
+        return None, ("the package's CVODES solver was built from other sources than this "
+                      "sklode's (an install that did not rebuild it): reinstall sklode")
     double_p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
     int_p = np.ctypeslib.ndpointer(dtype=np.intc, flags="C_CONTIGUOUS")
     tape_p = ctypes.POINTER(_TapeStruct)

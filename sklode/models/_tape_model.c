@@ -158,6 +158,13 @@ static void model_switches(double t, const double *x, const double *p, double *v
 
 SKLODE_EXPORT const char *sklode_tape_operations(void) { return OPERATIONS; }
 
+/* The SHA-256 of this file and _cvodes_driver.c it was built from (the install passes it):
+ * sklode refuses a library built from other sources than the ones it ships. */
+#ifndef SKLODE_TAPE_SOURCE
+#define SKLODE_TAPE_SOURCE "unknown"
+#endif
+SKLODE_EXPORT const char *sklode_tape_source(void) { return SKLODE_TAPE_SOURCE; }
+
 /* Point this thread at the model and a register file of its own for one call. */
 static double *enter(const sk_tape *tape, const sk_tape **saved_model, double **saved_registers) {
     double *registers = (double *)malloc(sizeof(double) * (size_t)tape->n_registers);
