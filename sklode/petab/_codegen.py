@@ -1,7 +1,8 @@
 """sympy expressions -> the source of torch functions (batched over leading dimensions).
 
-Common subexpressions are computed once (``sympy.cse``); numbers are folded to float64
-literals; ``Piecewise`` becomes nested ``torch.where``, ``Max``/``Min`` ``torch.maximum``/
+Common subexpressions are computed once (``sympy.cse``); numbers, and every subexpression
+without a symbol (a half-life's ``log(2)``), are folded to float64 literals, so that torch's
+functions only ever receive tensors; ``Piecewise`` becomes nested ``torch.where``, ``Max``/``Min`` ``torch.maximum``/
 ``torch.minimum``. Anything else that torch has no function for is refused by name.
 """
 
@@ -24,6 +25,26 @@ _RELATIONS = {sp.StrictGreaterThan: ">", sp.GreaterThan: ">=", sp.StrictLessThan
               sp.LessThan: "<=", sp.Equality: "==", sp.Unequality: "!="}
 
 
+def _literal(value):
+    """A float as Python source (a negative one in parentheses; nan and inf by name)."""
+    if value != value:
+        return "float('nan')"
+    if value in (float("inf"), float("-inf")):
+        return "float('inf')" if value > 0 else "(-float('inf'))"
+    return repr(value) if value >= 0 else f"({value!r})"
+
+
+def _constant(e):
+    """The float value of ``e`` where it holds no symbol and is a number, else None."""
+    if e.free_symbols or isinstance(e, (sp.logic.boolalg.Boolean, sp.core.relational.Relational)):
+        return None
+    try:
+        value = complex(e.evalf(17))
+    except (TypeError, ValueError):
+        return None
+    return value.real if value.imag == 0 else None
+
+
 class _Emitter:
     def __init__(self, names):
         self.names = names  # sympy symbol -> code
@@ -38,8 +59,10 @@ class _Emitter:
         if e is sp.false or e == sp.false:
             return "False"
         if e.is_Number or e.is_NumberSymbol:
-            value = float(e)
-            return repr(value) if value >= 0 else f"({value!r})"
+            return _literal(float(e))
+        value = _constant(e)
+        if value is not None:  # log(2), cos(1)**2 + sin(1)**2: a number, computed here
+            return _literal(value)
         if isinstance(e, sp.Add):
             return "(" + " + ".join(self(a) for a in e.args) + ")"
         if isinstance(e, sp.Mul):
@@ -122,9 +145,15 @@ def function_source(name, arguments, outputs, names, shape_of):
             lines.append(f"    {local} = {code}")
             table[symbol] = local
     emit = _Emitter(table)
+    constants = {}  # common subexpressions that are numbers: their values, substituted
     for symbol, expr in replacements:
+        expr = expr.xreplace(constants)
+        value = _constant(expr)
+        if value is not None:
+            constants[symbol] = sp.Float(value)
+            continue
         lines.append(f"    {symbol} = {emit(expr)}")
         table[symbol] = str(symbol)
-    values = ", ".join(emit(o) for o in reduced)
+    values = ", ".join(emit(o.xreplace(constants)) for o in reduced)
     lines.append(f"    return _stack([{values}], {shape_of})")
     return "\n".join(lines) + "\n"

@@ -13,10 +13,12 @@ import numpy as np
 
 from .._validation import check_experiments
 from ..adjoint import AdjointODE
-from ..exceptions import SklodeError
+from ..exceptions import IntegrationError
 from ..experiment import Experiment
 from ..models._native import native_unavailable_reason
-from ..observation._likelihood import data_neg_log_likelihood
+from ..observation._likelihood import data_neg_log_likelihood, kinds_by_column
+from ..observation._noise import neg_log_likelihood_terms
+from ..observation._observation import Observation
 from ..outputerror._optimize import fides_unavailable_reason
 from ..outputerror._pose import _preequilibration_of
 from ..outputerror._predict import experiment_start, states_at_observations
@@ -154,7 +156,7 @@ class PEtabProblem:
         states, thetas = states_at_observations(self.model, theta, data, starts, options)
         return data, states, thetas
 
-    def predict(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
+    def predict(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="auto"):
         """Each experiment's observables at its times, at ``values`` (linear scale): what an
         estimator's ``predict`` gives for these experiments.
 
@@ -164,8 +166,9 @@ class PEtabProblem:
             The estimated parameters on the linear scale (default: nominal).
         rtol, atol : float
             Tolerances of the forward solve.
-        integrator : str, default="LSODA"
-            The forward solver.
+        integrator : str, default="auto"
+            The forward solver (:func:`sklode.integrate.integrator_for`: CVODES where it
+            can be used, as the estimator's).
 
         Returns
         -------
@@ -196,7 +199,7 @@ class PEtabProblem:
                       "sklode 0.3.", FutureWarning, stacklevel=2)
         return self.predict(values, **options)
 
-    def neg_log_likelihood(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="LSODA"):
+    def neg_log_likelihood(self, values=None, *, rtol=1e-8, atol=1e-10, integrator="auto"):
         """PEtab's negative log-likelihood of the measurements at ``values``.
 
         Parameters
@@ -205,19 +208,36 @@ class PEtabProblem:
             The estimated parameters on the linear scale (default: nominal).
         rtol, atol : float
             Tolerances of the forward solve.
+        integrator : str, default="auto"
+            The forward solver (CVODES where it can be used, as the estimator's).
 
         Returns
         -------
         float
-            ``inf`` where the model cannot be integrated.
+            ``inf`` where the ODE cannot be integrated at ``values`` (an
+            :class:`~sklode.exceptions.IntegrationError`: an optimiser then steps back) or an
+            observation has zero likelihood; both warn (:class:`UserWarning`) with the reason
+            and, for the second, the observation.
+
+        Raises
+        ------
+        ModelError
+            Where the model cannot be evaluated at all (a construct the generated code
+            cannot compute): that is not a likelihood of zero, so no number is returned.
         """
         try:
             data, states, thetas = self._solved(
                 values, {"integrator": integrator, "rtol": rtol, "atol": atol})
-        except SklodeError:
+        except IntegrationError as exc:
+            warnings.warn(f"PEtabProblem.neg_log_likelihood is inf: {exc}", UserWarning,
+                          stacklevel=2)
             return float("inf")
         nll, _ = data_neg_log_likelihood(self.model, data.experiments, data.observed, states,
                                          thetas, None, self.noise_kind)
+        if not np.isfinite(nll):
+            warnings.warn(f"PEtabProblem.neg_log_likelihood is {nll}: "
+                          f"{_first_impossible(self.model, data, states, thetas, self.noise_kind)}"
+                          , UserWarning, stacklevel=2)
         return float(nll)
 
     # ------------------------------------------------------------------ fitting
@@ -770,3 +790,20 @@ class _Builder:
             for k, part in enumerate(parts, start=1):
                 out[f"{kind}Parameter{k}_{oid}"] = _number_or_name(part)
         return out
+
+
+def _first_impossible(model, data, states, thetas, noise_kind):
+    """The first observation whose -log L term is not finite, in words."""
+    names = [model.observables[i] for i in data.observed]
+    kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
+    for e, X, theta in zip(data.experiments, states, thetas):
+        obs = Observation(model, data.observed, e.t, e.Y, kinds, None)
+        H, S = obs.predicted(X, theta)
+        terms = neg_log_likelihood_terms(obs.Y, H, S, kinds)
+        bad = np.isfinite(obs.Y) & ~np.isfinite(terms)
+        if bad.any():
+            k, j = np.argwhere(bad)[0]
+            return (f"observable {names[j]!r} of experiment {e.name!r} at t={e.t[k]:g} has "
+                    f"zero likelihood (measured {obs.Y[k, j]:g}, predicted {H[k, j]:g}, noise "
+                    f"scale {S[k, j]:g}, {kinds[j]})")
+    return "no single observation's term is infinite (a profiled noise scale is)"
