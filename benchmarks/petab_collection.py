@@ -1,0 +1,183 @@
+"""The PEtab benchmark collection through ``sklode.petab``, problem by problem (#58 item 5).
+
+Reads a local copy of the collection (a folder of problem folders, each with its PEtab yaml;
+nothing is fetched) and, for each problem in its own process with a time cap:
+
+* what it is: states, estimated parameters, experiments (condition splits), measurements;
+* the load (``sklode.petab.load``: SBML import, code generation, checks), CPU s;
+* PEtab's -log L at the nominal parameters (``integrator="auto"``, rtol 1e-8, atol 1e-10),
+  against the reference: the likelihood of the problem's own simulated data
+  (``simulations.tsv``/``simulatedData*.tsv`` through ``petab.calculate_llh``) where it
+  ships them, else AMICI's nominal value recorded in ``tests/data/petab_amici_nominal.json``;
+* CPU of one evaluation (after the first, which builds the solver) and of one gradient (the
+  fit's objective at the nominal point: forward sensitivities on CVODES);
+* what stops it: the exception of the step that failed, or the time cap.
+
+Writes ``benchmarks/results/petab_collection.md`` and ``.json``; CPU seconds single-threaded.
+
+    python benchmarks/petab_collection.py ../shared/petab [--timeout 300] [--problems A,B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+HERE = Path(__file__).resolve().parent
+# this folder holds petab.py: it must not hide the petab package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+RESULTS = HERE / "results"
+AMICI_NOMINAL = HERE.parent / "tests" / "data" / "petab_amici_nominal.json"
+
+
+def _reference(folder, yaml):
+    """(-log L of the problem's simulated data, "simulated data"), or AMICI's recorded
+    nominal value, or (None, None)."""
+    import petab
+
+    files = sorted(folder.glob("simulations.tsv")) + sorted(folder.glob("simulatedData*.tsv"))
+    if files:
+        p = petab.Problem.from_yaml(str(yaml))
+        simulations = petab.get_simulation_df(str(files[0]))
+        llh = petab.calculate_llh(p.measurement_df, simulations, p.observable_df,
+                                  p.parameter_df)
+        return -float(llh), "simulated data"
+    if AMICI_NOMINAL.is_file():
+        recorded = json.loads(AMICI_NOMINAL.read_text())["neg_log_likelihood"].get(folder.name)
+        if recorded is not None:
+            return float(recorded), "AMICI (recorded)"
+    return None, None
+
+
+def one(folder):
+    """The row of one problem (run in a child process)."""
+    import warnings
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    import sklode.petab as sp
+
+    folder = Path(folder)
+    yaml = next(folder.glob("*.yaml"))
+    row = {"problem": folder.name}
+    step = "load"
+    try:
+        start = time.process_time()
+        problem = sp.load(yaml)
+        row["load_cpu_s"] = time.process_time() - start
+        model = problem.model
+        row.update(n_states=model.n_states, n_estimated=len(problem.parameter_names),
+                   n_experiments=len(problem.experiments),
+                   n_measurements=int(sum(np.isfinite(e.Y).sum() for e in problem.experiments)))
+        step = "-log L"
+        start = time.process_time()
+        nll = problem.neg_log_likelihood()
+        row["first_eval_cpu_s"] = time.process_time() - start
+        start = time.process_time()
+        problem.neg_log_likelihood()
+        row["eval_cpu_s"] = time.process_time() - start
+        row["neg_log_likelihood"] = nll
+        row["integrator"] = ("CVODES" if model.native_solver() is not None else "LSODA")
+        step = "reference"
+        reference, kind = _reference(folder, yaml)
+        row["reference"], row["reference_kind"] = reference, kind
+        if reference is not None and np.isfinite(nll):
+            row["relative_difference"] = abs(nll - reference) / max(abs(reference), 1e-300)
+        step = "gradient"
+        from sklode._validation import check_experiments
+        from sklode.outputerror._pose import objective_for_experiments
+
+        data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
+                                 min_samples=1, warn_initial_time=False)
+        fitted = np.array([n in problem.parameter_names for n in model.param_names])
+        objective, u0 = objective_for_experiments(
+            model, data, theta0=problem.theta(None), fitted=fitted,
+            noise_kind=problem.noise_kind, integrator="auto", rtol=1e-8, atol=1e-10)
+        objective.value_and_grad(u0, "adjoint")  # its solves' set-up
+        moved = u0 + 1e-4 * np.maximum(np.abs(u0), 1e-3)  # not the point the objective keeps
+        start = time.process_time()
+        objective.value_and_grad(moved, "adjoint")
+        row["gradient_cpu_s"] = time.process_time() - start
+    except Exception as exc:  # noqa: BLE001 -- what stops a problem is the result
+        row["stops"] = f"{step}: {type(exc).__name__}: {exc}"[:400]
+    return row
+
+
+def run(collection, names, timeout):
+    rows = []
+    for name in names:
+        start = time.perf_counter()
+        try:
+            out = subprocess.run([sys.executable, __file__, "--one", str(collection / name)],
+                                 capture_output=True, text=True, timeout=timeout)
+            lines = out.stdout.strip().splitlines()
+            row = json.loads(lines[-1]) if out.returncode == 0 and lines else {
+                "problem": name, "stops": f"crashed: {out.stderr.strip()[-300:]}"}
+        except subprocess.TimeoutExpired:
+            row = {"problem": name, "stops": f"no result within the {timeout:.0f} s cap"}
+        row["wall_s"] = time.perf_counter() - start
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def to_markdown(rows, timeout):
+    def num(v, fmt):
+        return "–" if v is None else format(v, fmt)
+
+    ok = [r for r in rows if r.get("relative_difference") is not None]
+    matched = sum(r["relative_difference"] <= 1e-6 for r in ok)
+    lines = ["# The PEtab collection (`benchmarks/petab_collection.py`)", "",
+             f"Each problem in its own process, capped at {timeout:.0f} s wall. -log L at "
+             "the nominal parameters with `integrator=\"auto\"` (rtol 1e-8, atol 1e-10) "
+             "against the likelihood of the problem's own simulated data, or AMICI's "
+             "recorded value. CPU s single-threaded: the load (SBML import, code generation, "
+             "checks), one evaluation after the first, one gradient (forward sensitivities). "
+             f"{len(rows)} problems; {sum('stops' not in r for r in rows)} evaluated in "
+             f"full; {matched} of {len(ok)} with a reference match it to 1e-6 relative.", "",
+             "| problem | states | estimated | experiments | measurements | load | -log L | "
+             "reference | relative difference | evaluation | gradient | what stops it |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reference = "–" if r.get("reference") is None else \
+            f"{r['reference']:.6f} ({r['reference_kind']})"
+        lines.append(
+            f"| {r['problem']} | {r.get('n_states', '–')} | {r.get('n_estimated', '–')} | "
+            f"{r.get('n_experiments', '–')} | {r.get('n_measurements', '–')} | "
+            f"{num(r.get('load_cpu_s'), '.2f')} | {num(r.get('neg_log_likelihood'), '.6f')} | "
+            f"{reference} | {num(r.get('relative_difference'), '.1e')} | "
+            f"{num(r.get('eval_cpu_s'), '.3f')} | {num(r.get('gradient_cpu_s'), '.3f')} | "
+            f"{r.get('stops', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("collection", nargs="?")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--problems", default=None)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one)))
+        return
+    collection = Path(args.collection)
+    names = args.problems.split(",") if args.problems else sorted(
+        p.name for p in collection.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    rows = run(collection, names, args.timeout)
+    (RESULTS / "petab_collection.json").write_text(json.dumps(rows, indent=1))
+    (RESULTS / "petab_collection.md").write_text(to_markdown(rows, args.timeout))
+    print(to_markdown(rows, args.timeout))
+
+
+if __name__ == "__main__":
+    main()
