@@ -146,3 +146,26 @@ def test_grid_jacobians_equal_torch_on_nested_grids(model):
         # Round-off of a different evaluation order, relative to the largest entry.
         np.testing.assert_allclose(got, expected, rtol=1e-12,
                                    atol=1e-13 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("model", ZOO[:4], ids=lambda m: type(m).__name__)
+def test_the_projected_check_of_the_theta_jacobian_rejects_one_wrong_entry(model):
+    # the compiled df/dtheta is checked as u @ J against one reverse pass (not one per
+    # state): a single entry off by 1e-6 of the matrix's scale must still be caught
+    from sklode.models._compile import _check, _reverse_jacobian_theta, _Unsupported
+
+    compiled = compile_field(model)
+    reference = _reverse_jacobian_theta(model)
+    u = reference.projection
+    _check(model, lambda t, x, th: u @ compiled.jacobian_theta(t, x, th), reference=reference)
+    t, x, theta = next(_points(model))
+    J = compiled.jacobian_theta(t, x, theta)
+    i, k = np.unravel_index(np.argmax(np.abs(J)), J.shape)
+
+    def wrong(t, x, th):
+        out = compiled.jacobian_theta(t, x, th).copy()
+        out[i, k] *= 1 + 1e-6
+        return u @ out
+
+    with pytest.raises(_Unsupported):
+        _check(model, wrong, reference=reference)
