@@ -148,22 +148,24 @@ def test_grid_jacobians_equal_torch_on_nested_grids(model):
                                    atol=1e-13 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("wrt", ["x", "theta"])
 @pytest.mark.parametrize("model", ZOO[:4], ids=lambda m: type(m).__name__)
-def test_the_projected_check_of_the_theta_jacobian_rejects_one_wrong_entry(model):
-    # the compiled df/dtheta is checked as u @ J against one reverse pass (not one per
+def test_the_projected_check_of_a_jacobian_rejects_one_wrong_entry(model, wrt):
+    # the compiled Jacobians are checked as u @ J against one reverse pass (not one per
     # state): a single entry off by 1e-6 of the matrix's scale must still be caught
-    from sklode.models._compile import _check, _reverse_jacobian_theta, _Unsupported
+    from sklode.models._compile import _check, _projected_jacobian, _Unsupported
 
     compiled = compile_field(model)
-    reference = _reverse_jacobian_theta(model)
+    jacobian = compiled.jacobian if wrt == "x" else compiled.jacobian_theta
+    reference = _projected_jacobian(model, wrt)
     u = reference.projection
-    _check(model, lambda t, x, th: u @ compiled.jacobian_theta(t, x, th), reference=reference)
+    _check(model, lambda t, x, th: u @ jacobian(t, x, th), reference=reference)
     t, x, theta = next(_points(model))
-    J = compiled.jacobian_theta(t, x, theta)
+    J = jacobian(t, x, theta)
     i, k = np.unravel_index(np.argmax(np.abs(J)), J.shape)
 
     def wrong(t, x, th):
-        out = compiled.jacobian_theta(t, x, th).copy()
+        out = jacobian(t, x, th).copy()
         out[i, k] *= 1 + 1e-6
         return u @ out
 

@@ -260,9 +260,10 @@ def compile_field(model):
     field.source = source
     field.recording = (recorder, inputs["x"], inputs["theta"], out)
     field.jacobian = _compiled_jacobian(model, recorder, inputs["x"], out, scope,
-                                        model.n_states, model.jac_x)
+                                        model.n_states, _projected_jacobian(model, "x"))
     field.jacobian_theta = _compiled_jacobian(model, recorder, inputs["theta"], out, scope,
-                                              model.n_params, _reverse_jacobian_theta(model))
+                                              model.n_params,
+                                              _projected_jacobian(model, "theta"))
     return field
 
 
@@ -285,22 +286,24 @@ def _compiled_jacobian(model, recorder, seed, out, scope, n, reference):
     return jacobian
 
 
-def _reverse_jacobian_theta(model):
-    """``u @ df/dtheta`` at one point for a fixed random ``u``, by one reverse pass: the
-    reference the compiled ``df/dtheta``, projected on the same ``u``, is checked against.
-    A wrong entry changes the projection unless the random weights cancel it exactly; the
-    whole matrix took one backward pass per state (Chen et al. 2009's 500 states: minutes
-    per check). torch.func would import torch._dynamo, ~2 s."""
+def _projected_jacobian(model, wrt):
+    """``u @ df/dx`` (``wrt="x"``) or ``u @ df/dtheta`` at one point for a fixed random
+    ``u``, by one reverse pass: the reference the compiled Jacobian, projected on the same
+    ``u``, is checked against. A wrong entry changes the projection unless the random
+    weights cancel it exactly; the whole matrix took one backward pass per state (Chen et
+    al. 2009's 500 states: 151 CPU s of checks). torch.func would import torch._dynamo,
+    ~2 s."""
     u = np.random.default_rng(1).standard_normal(model.n_states)
+    size = model.n_states if wrt == "x" else model.n_params
 
     def reference(t, x, theta):
-        theta = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+        x = torch.tensor(x, dtype=torch.float64, requires_grad=wrt == "x")
+        theta = torch.tensor(theta, dtype=torch.float64, requires_grad=wrt == "theta")
         with torch.enable_grad():
-            out = model.rhs(torch.tensor(float(t), dtype=torch.float64),
-                            torch.as_tensor(x, dtype=torch.float64), theta)
-            (row,) = torch.autograd.grad(out, theta, grad_outputs=torch.as_tensor(u),
-                                         allow_unused=True)
-        return np.zeros(model.n_params) if row is None else row.numpy()
+            out = model.rhs(torch.tensor(float(t), dtype=torch.float64), x, theta)
+            (row,) = torch.autograd.grad(out, x if wrt == "x" else theta,
+                                         grad_outputs=torch.as_tensor(u), allow_unused=True)
+        return np.zeros(size) if row is None else row.numpy()
     reference.projection = u
     return reference
 
