@@ -54,8 +54,13 @@ def _reference(folder, yaml):
         p = petab.Problem.from_yaml(str(yaml))
         simulated = petab.get_simulation_df(str(files[0]))
         measured = p.measurement_df
-        # the simulations row by row beside the measurements they simulate (petab's own
-        # matching of the two tables trips on empty cells read as NaN in one of them)
+        try:  # petab's own matching of the two tables
+            return -float(petab.calculate_llh(measured, simulated, p.observable_df,
+                                              p.parameter_df)), "simulated data", None
+        except Exception as exc:  # noqa: BLE001 -- tried again below, row by row
+            why = f"petab.calculate_llh: {type(exc).__name__}: {exc}"[:160]
+        # the simulations row by row beside the measurements they simulate (petab's
+        # matching trips on empty cells read as NaN in one table and not the other)
         keys = ("observableId", "simulationConditionId")
         aligned = len(simulated) == len(measured) and all(
             (simulated[k].astype(str).to_numpy() == measured[k].astype(str).to_numpy()).all()
@@ -70,13 +75,12 @@ def _reference(folder, yaml):
                 return -float(llh), "simulated data", None
             except Exception as exc:  # noqa: BLE001 -- petab cannot evaluate it: say why
                 why = f"petab.calculate_llh: {type(exc).__name__}: {exc}"[:160]
-        else:
-            why = "the simulated data do not line up with the measurements"
     return None, None, why
 
 
-def one(folder):
-    """The row of one problem (run in a child process)."""
+def one(folder, emit=lambda row: None):
+    """The row of one problem (run in a child process); ``emit(row)`` after each step, so
+    that a problem stopped by the time cap keeps what it measured."""
     import warnings
 
     import torch
@@ -97,6 +101,7 @@ def one(folder):
         row.update(n_states=model.n_states, n_estimated=len(problem.parameter_names),
                    n_experiments=len(problem.experiments),
                    n_measurements=int(sum(np.isfinite(e.Y).sum() for e in problem.experiments)))
+        emit(row)
         step = "-log L"
         start = time.process_time()
         nll = problem.neg_log_likelihood()
@@ -106,6 +111,7 @@ def one(folder):
         row["eval_cpu_s"] = time.process_time() - start
         row["neg_log_likelihood"] = nll
         row["integrator"] = ("CVODES" if model.native_solver() is not None else "LSODA")
+        emit(row)
         step = "reference"
         try:
             reference, kind, why = _reference(folder, yaml)
@@ -116,6 +122,7 @@ def one(folder):
             tight = problem.neg_log_likelihood(rtol=1e-10, atol=1e-12)
             row["neg_log_likelihood_tight"] = tight
             row["relative_difference"] = abs(tight - reference) / max(abs(reference), 1e-300)
+        emit(row)
         step = "gradient"
         from sklode._validation import check_experiments
         from sklode.outputerror._pose import objective_for_experiments
@@ -146,8 +153,14 @@ def run(collection, names, timeout):
             lines = out.stdout.strip().splitlines()
             row = json.loads(lines[-1]) if out.returncode == 0 and lines else {
                 "problem": name, "stops": f"crashed: {out.stderr.strip()[-300:]}"}
-        except subprocess.TimeoutExpired:
-            row = {"problem": name, "stops": f"no result within the {timeout:.0f} s cap"}
+        except subprocess.TimeoutExpired as exc:  # what it measured before the cap
+            printed = (exc.stdout or b"")
+            printed = printed.decode() if isinstance(printed, bytes) else printed
+            lines = printed.strip().splitlines()
+            row = json.loads(lines[-1]) if lines else {"problem": name}
+            done = [k for k in ("load_cpu_s", "eval_cpu_s", "reference_kind") if k in row]
+            step = {0: "load", 1: "-log L", 2: "reference"}.get(len(done), "gradient")
+            row["stops"] = f"{step}: no result within the {timeout:.0f} s cap"
         row["wall_s"] = time.perf_counter() - start
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -195,7 +208,7 @@ def main(argv=None):
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.one)))
+        print(json.dumps(one(args.one, lambda row: print(json.dumps(row), flush=True))))
         return
     collection = Path(args.collection)
     names = args.problems.split(",") if args.problems else sorted(
