@@ -34,6 +34,7 @@ from ._noise import distribution_of, neg_log_likelihood_terms
 from ._observation import Observation
 
 __all__ = ["NOISE_KINDS", "DISTRIBUTIONS", "data_neg_log_likelihood", "information_criteria",
+           "first_impossible_observation",
            "kinds_by_column", "known_sigma", "sigma_per_state"]
 
 
@@ -228,3 +229,33 @@ def sigma_per_state(sigma, noise_kind, values, estimator_name):
     if noise_kind == "relative_rms":
         per_state *= np.sqrt(np.nanmean(values**2, axis=0))
     return per_state
+
+
+def first_impossible_observation(model, experiments, observed, predictions, thetas,
+                                 noise_kind):
+    """The first observation whose ``-log L`` term is not finite, in words (for a warning).
+
+    Parameters
+    ----------
+    As :func:`data_neg_log_likelihood` (the noise from the model's noise model or the data's
+    ``sigma``).
+
+    Returns
+    -------
+    str
+    """
+    names = [model.observables[i] for i in observed]
+    kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
+    for e, X, theta in zip(experiments, predictions, thetas):
+        known = None if model.has_noise_model else known_sigma(
+            e.Y, 1.0 if e.sigma is None else e.sigma, kinds)
+        obs = Observation(model, observed, e.t, e.Y, kinds, known)
+        H, S = obs.predicted(X, theta)
+        terms = neg_log_likelihood_terms(obs.Y, H, S, kinds)
+        bad = np.isfinite(obs.Y) & ~np.isfinite(terms)
+        if bad.any():
+            k, j = np.argwhere(bad)[0]
+            return (f"observable {names[j]!r} of experiment {e.name!r} at t={e.t[k]:g} has "
+                    f"zero likelihood (measured {obs.Y[k, j]:g}, predicted {H[k, j]:g}, noise "
+                    f"scale {S[k, j]:g}, {kinds[j]})")
+    return "no single observation's term is infinite (a profiled noise scale is)"

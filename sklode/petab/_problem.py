@@ -16,9 +16,7 @@ from ..adjoint import AdjointODE
 from ..exceptions import IntegrationError
 from ..experiment import Experiment
 from ..models._native import native_unavailable_reason
-from ..observation._likelihood import data_neg_log_likelihood, kinds_by_column
-from ..observation._noise import neg_log_likelihood_terms
-from ..observation._observation import Observation
+from ..observation._likelihood import data_neg_log_likelihood, first_impossible_observation
 from ..outputerror._optimize import fides_unavailable_reason
 from ..outputerror._pose import _preequilibration_of
 from ..outputerror._predict import experiment_start, states_at_observations
@@ -235,9 +233,10 @@ class PEtabProblem:
         nll, _ = data_neg_log_likelihood(self.model, data.experiments, data.observed, states,
                                          thetas, None, self.noise_kind)
         if not np.isfinite(nll):
-            warnings.warn(f"PEtabProblem.neg_log_likelihood is {nll}: "
-                          f"{_first_impossible(self.model, data, states, thetas, self.noise_kind)}"
-                          , UserWarning, stacklevel=2)
+            where = first_impossible_observation(self.model, data.experiments, data.observed,
+                                                 states, thetas, self.noise_kind)
+            warnings.warn(f"PEtabProblem.neg_log_likelihood is {nll}: {where}", UserWarning,
+                          stacklevel=2)
         return float(nll)
 
     # ------------------------------------------------------------------ fitting
@@ -790,20 +789,3 @@ class _Builder:
             for k, part in enumerate(parts, start=1):
                 out[f"{kind}Parameter{k}_{oid}"] = _number_or_name(part)
         return out
-
-
-def _first_impossible(model, data, states, thetas, noise_kind):
-    """The first observation whose -log L term is not finite, in words."""
-    names = [model.observables[i] for i in data.observed]
-    kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
-    for e, X, theta in zip(data.experiments, states, thetas):
-        obs = Observation(model, data.observed, e.t, e.Y, kinds, None)
-        H, S = obs.predicted(X, theta)
-        terms = neg_log_likelihood_terms(obs.Y, H, S, kinds)
-        bad = np.isfinite(obs.Y) & ~np.isfinite(terms)
-        if bad.any():
-            k, j = np.argwhere(bad)[0]
-            return (f"observable {names[j]!r} of experiment {e.name!r} at t={e.t[k]:g} has "
-                    f"zero likelihood (measured {obs.Y[k, j]:g}, predicted {H[k, j]:g}, noise "
-                    f"scale {S[k, j]:g}, {kinds[j]})")
-    return "no single observation's term is infinite (a profiled noise scale is)"
