@@ -43,15 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "build_tools"))
 
-_SOLVES = r"""
-import json, sys, time
-import numpy as np, torch
-torch.set_num_threads(1)
-import sklode
-from sklode.integrate import integrator_for
-from sklode.models import Lorenz96, LotkaVolterra
-from sklode.models._native import sundials_location
-from sklode.datasets import get_problem
+# CPU ms of a call, the best of ``rounds`` means of ``repeat`` calls, after one untimed
+# call (the model's build and checks); defined in both child programs below
+_BEST = r"""
+import time
 
 def best(call, rounds=5, repeat=20):
     call()  # the model's build and checks: not timed
@@ -62,6 +57,18 @@ def best(call, rounds=5, repeat=20):
             call()
         times.append((time.process_time() - start) / repeat)
     return 1e3 * min(times)
+"""
+
+_SOLVES = _BEST + r"""
+import json, sys, time
+import numpy as np, torch
+torch.set_num_threads(1)
+import sklode
+from sklode.integrate import integrator_for
+from sklode.models import Lorenz96, LotkaVolterra
+from sklode.models._native import sundials_location
+from sklode.datasets import get_problem
+
 
 out = {"sundials": sundials_location()}
 lv = LotkaVolterra(); t = np.linspace(0, 4, 41)
@@ -80,7 +87,7 @@ print(json.dumps(out))
 """
 
 
-_ROUTES = r"""
+_ROUTES = _BEST + r"""
 import json, os, resource, sys, time
 import numpy as np, torch
 torch.set_num_threads(1)
@@ -112,15 +119,6 @@ est = AdjointODE(SIR(), theta0=(0.4, 0.25), observed=["I", "R"], x0=[990, 10, 0]
 out = {"first_fit_cpu_s": cpu() - start, "first_fit_wall_s": time.perf_counter() - wall,
        "route": est.model.native_solver().route}
 
-def best(call, rounds=5, repeat=20):
-    call()
-    times = []
-    for _ in range(rounds):
-        start = time.process_time()
-        for _ in range(repeat):
-            call()
-        times.append((time.process_time() - start) / repeat)
-    return 1e3 * min(times)
 
 l96 = get_problem("lorenz96")
 cases = {"lotka_volterra": (LotkaVolterra(), [2, 1, 4, 1], [5, 3], np.linspace(0, 4, 41)),

@@ -260,14 +260,13 @@ def compile_field(model):
     field.source = source
     field.recording = (recorder, inputs["x"], inputs["theta"], out)
     field.jacobian = _compiled_jacobian(model, recorder, inputs["x"], out, scope,
-                                        model.n_states, _projected_jacobian(model, "x"))
+                                        model.n_states, "x")
     field.jacobian_theta = _compiled_jacobian(model, recorder, inputs["theta"], out, scope,
-                                              model.n_params,
-                                              _projected_jacobian(model, "theta"))
+                                              model.n_params, "theta")
     return field
 
 
-def _compiled_jacobian(model, recorder, seed, out, scope, n, reference):
+def _compiled_jacobian(model, recorder, seed, out, scope, n, wrt):
     """The Jacobian of the recorded program with respect to ``seed`` (x or theta), forward
     mode, checked against ``reference`` at random points, or None."""
     try:
@@ -275,9 +274,9 @@ def _compiled_jacobian(model, recorder, seed, out, scope, n, reference):
         scope = {**scope, "_EYE": np.eye(n)}
         exec(compile(source, f"<sklode compiled Jacobian of {model!r}>", "exec"), scope)
         jacobian = scope["jacobian"]
-        projection = getattr(reference, "projection", None)
-        _check(model, jacobian if projection is None else
-               (lambda t, x, theta: projection @ jacobian(t, x, theta)), reference=reference)
+        reference = _projected_jacobian(model, wrt)
+        _check(model, lambda t, x, theta: reference.projection @ jacobian(t, x, theta),
+               reference=reference)
     except Exception as exc:  # noqa: BLE001 -- any failure means: keep torch's Jacobian
         logger.debug("%r keeps torch's Jacobian for pointwise calls: %s: %s", model,
                      type(exc).__name__, exc)

@@ -167,11 +167,7 @@ def data_neg_log_likelihood(model, experiments, observed, predictions, thetas, s
     kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
     parts = []
     for e, X, theta in zip(experiments, predictions, thetas):
-        known = None
-        if not model.has_noise_model:
-            given = e.sigma if e.sigma is not None else (1.0 if sigma is None else sigma)
-            known = known_sigma(e.Y, given, kinds)
-        obs = Observation(model, observed, e.t, e.Y, kinds, known)
+        obs = _observation(model, observed, e, kinds, sigma)
         H, S = obs.predicted(X, theta)
         parts.append((obs, H, S))
     profile = sigma is None and not model.has_noise_model and all(
@@ -231,14 +227,25 @@ def sigma_per_state(sigma, noise_kind, values, estimator_name):
     return per_state
 
 
-def first_impossible_observation(model, experiments, observed, predictions, thetas,
+def _observation(model, observed, experiment, kinds, sigma):
+    """One experiment's :class:`Observation`: its noise from the model's noise model, else
+    the experiment's ``sigma``, else ``sigma`` (1 where None: a profiled scale's shape)."""
+    known = None
+    if not model.has_noise_model:
+        given = experiment.sigma if experiment.sigma is not None else (
+            1.0 if sigma is None else sigma)
+        known = known_sigma(experiment.Y, given, kinds)
+    return Observation(model, observed, experiment.t, experiment.Y, kinds, known)
+
+
+def first_impossible_observation(model, experiments, observed, predictions, thetas, sigma,
                                  noise_kind):
     """The first observation whose ``-log L`` term is not finite, in words (for a warning).
 
     Parameters
     ----------
-    As :func:`data_neg_log_likelihood` (the noise from the model's noise model or the data's
-    ``sigma``).
+    model, experiments, observed, predictions, thetas, sigma, noise_kind
+        As :func:`data_neg_log_likelihood`.
 
     Returns
     -------
@@ -247,9 +254,7 @@ def first_impossible_observation(model, experiments, observed, predictions, thet
     names = [model.observables[i] for i in observed]
     kinds = kinds_by_column(noise_kind, names, has_noise_model=model.has_noise_model)
     for e, X, theta in zip(experiments, predictions, thetas):
-        known = None if model.has_noise_model else known_sigma(
-            e.Y, 1.0 if e.sigma is None else e.sigma, kinds)
-        obs = Observation(model, observed, e.t, e.Y, kinds, known)
+        obs = _observation(model, observed, e, kinds, sigma)
         H, S = obs.predicted(X, theta)
         terms = neg_log_likelihood_terms(obs.Y, H, S, kinds)
         bad = np.isfinite(obs.Y) & ~np.isfinite(terms)

@@ -234,7 +234,7 @@ class PEtabProblem:
                                          thetas, None, self.noise_kind)
         if not np.isfinite(nll):
             where = first_impossible_observation(self.model, data.experiments, data.observed,
-                                                 states, thetas, self.noise_kind)
+                                                 states, thetas, None, self.noise_kind)
             warnings.warn(f"PEtabProblem.neg_log_likelihood is {nll}: {where}", UserWarning,
                           stacklevel=2)
         return float(nll)
