@@ -70,6 +70,9 @@ def _restricted(traj, index, grid, obs_index):
     """A CVODES trajectory at a subset ``index`` of its observation times (``grid``: the
     subset and the start, ``obs_index``: the subset's places on it)."""
     native, scipy = traj.native, traj.scipy
+    if native is None:  # nothing was integrated (every time at the start)
+        return Trajectory(grid, obs_index, traj.states[index], None, traj.x0,
+                          traj.n_evaluations)
 
     def scipy_subset():
         whole = scipy()

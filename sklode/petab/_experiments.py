@@ -79,35 +79,58 @@ class ExperimentTables:
             if pid:
                 preequilibration, base, x0 = self.preequilibration(
                     conditions.loc[pid], condition, base, x0, cond_columns, shifted, pid, cid)
-            # each row's placeholder values; rows that disagree go to separate experiments
-            assignments = [self.row_overrides(row) for _, row in rows.iterrows()]
-            groups = []  # (assignment dict, list of row positions)
-            for k, assignment in enumerate(assignments):
-                for merged, members in groups:
-                    if all(merged.get(p, v) == v for p, v in assignment.items()) and not \
-                            self._repeats(rows, members, k):
-                        merged.update(assignment)
-                        members.append(k)
-                        break
-                else:
-                    groups.append((dict(assignment), [k]))
-            for g, (assignment, members) in enumerate(groups):
-                sub = rows.iloc[members]
-                times = np.unique(sub["time"].astype(float).to_numpy())
-                Y = np.full((times.size, n_observables), np.nan)
-                for _, row in sub.iterrows():
-                    Y[np.searchsorted(times, float(row["time"])),
-                      used.index(row["observableId"])] = float(row["measurement"])
-                conds = dict(base)
-                conds.update(assignment)
-                for key, value in list(conds.items()):
-                    if isinstance(value, str) and value not in names:
-                        raise ValueError(f"Condition {cid!r} sets {key!r} to {value!r}, "
-                                         "which is no parameter of the problem.")
-                name = cid if not pid else f"{cid} (from {pid})"
-                name = name if len(groups) == 1 else f"{name} [{g + 1}]"
-                experiments.append(Experiment(times, Y, x0=x0, t0=0.0, conditions=conds,
-                                              preequilibration=preequilibration, name=name))
+            at_rest = ~np.isfinite(rows["time"].astype(float).to_numpy())
+            if at_rest.any() and pid:
+                raise UnsupportedFeature(
+                    f"steady-state measurements (time = inf) of condition {cid!r} after a "
+                    f"pre-equilibration ({pid!r})")
+            name = cid if not pid else f"{cid} (from {pid})"
+            for part, steady in ((rows[~at_rest], False), (rows[at_rest], True)):
+                if len(part):
+                    experiments += self._experiments_of_rows(
+                        part, used, names, n_observables, base, x0, preequilibration,
+                        f"{name} (steady state)" if steady else name, cid, steady)
+        return experiments
+
+    def _experiments_of_rows(self, rows, used, names, n_observables, base, x0,
+                             preequilibration, name, cid, steady):
+        """The experiments of one condition's rows: one per set of placeholder values (and
+        per replicate of a time and observable). Rows at ``time = inf`` (``steady``) are
+        measured at the steady state the condition's own start reaches under its
+        parameters: an experiment pre-equilibrated under its own conditions, observed at
+        its start (as PEtab's post-equilibration, unless the model has several steady
+        states reachable from the start and the trajectory)."""
+        # each row's placeholder values; rows that disagree go to separate experiments
+        assignments = [self.row_overrides(row) for _, row in rows.iterrows()]
+        groups = []  # (assignment dict, list of row positions)
+        for k, assignment in enumerate(assignments):
+            for merged, members in groups:
+                if all(merged.get(p, v) == v for p, v in assignment.items()) and not \
+                        self._repeats(rows, members, k):
+                    merged.update(assignment)
+                    members.append(k)
+                    break
+            else:
+                groups.append((dict(assignment), [k]))
+        if steady:
+            preequilibration = {"x0": x0, "conditions": dict(base), "reset": []}
+        experiments = []
+        for g, (assignment, members) in enumerate(groups):
+            sub = rows.iloc[members]
+            times = np.zeros(1) if steady else np.unique(sub["time"].astype(float).to_numpy())
+            Y = np.full((times.size, n_observables), np.nan)
+            for _, row in sub.iterrows():
+                Y[0 if steady else np.searchsorted(times, float(row["time"])),
+                  used.index(row["observableId"])] = float(row["measurement"])
+            conds = dict(base)
+            conds.update(assignment)
+            for key, value in list(conds.items()):
+                if isinstance(value, str) and value not in names:
+                    raise ValueError(f"Condition {cid!r} sets {key!r} to {value!r}, "
+                                     "which is no parameter of the problem.")
+            label = name if len(groups) == 1 else f"{name} [{g + 1}]"
+            experiments.append(Experiment(times, Y, x0=x0, t0=0.0, conditions=conds,
+                                          preequilibration=preequilibration, name=label))
         return experiments
 
     def parameter_conditions(self, condition, cond_columns):

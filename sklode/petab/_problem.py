@@ -389,7 +389,7 @@ def load(yaml_path):
     ------
     sklode.petab.UnsupportedFeature
         Naming the SBML or PEtab feature the problem uses that the import does not support
-        (events, pre-equilibration, steady-state measurements, log-Laplace noise, ...).
+        (events, steady-state measurements after a pre-equilibration, log-Laplace noise, ...).
 
     Examples
     --------
@@ -456,8 +456,6 @@ class _Builder:
         ode = self.ode
         self._check_columns()
         measurements = problem.measurement_df.copy()
-        if not np.all(np.isfinite(measurements["time"].astype(float))):
-            raise UnsupportedFeature("steady-state measurements (time = inf)")
         observables = problem.observable_df
         obs_ids = list(observables.index)
         used = [o for o in obs_ids if (measurements["observableId"] == o).any()]
@@ -524,8 +522,10 @@ class _Builder:
         # problem keeps them as displacements z = x - x0(theta) from z(0) = 0, so that the
         # steady state carries its offset into the main phase.
         pre_column = "preequilibrationConditionId"
-        displaced = pre_column in measurements and bool(
-            measurements[pre_column].map(lambda v: not _is_missing(v)).any())
+        # (measurements at steady state are pre-equilibrated experiments too)
+        displaced = (pre_column in measurements and bool(
+            measurements[pre_column].map(lambda v: not _is_missing(v)).any())) or not \
+            np.all(np.isfinite(measurements["time"].astype(float)))
         state_value = {}
         offsets = []
         for s, g in zip(ode.states, ode.initial):
