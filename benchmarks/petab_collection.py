@@ -62,6 +62,16 @@ def _reference(folder, yaml):
         # the simulations row by row beside the measurements they simulate (petab's
         # matching trips on empty cells read as NaN in one table and not the other)
         keys = ("observableId", "simulationConditionId")
+        if len(simulated) == len(measured):  # in another order: by its keys where unique
+            by = [k for k in ("observableId", "simulationConditionId",
+                              "preequilibrationConditionId", "time")
+                  if k in simulated and k in measured]
+            order = [table.assign(_k=table[by].astype(str).agg("|".join, axis=1))
+                     for table in (measured, simulated)]
+            if all(t["_k"].is_unique for t in order) and set(order[0]["_k"]) == set(
+                    order[1]["_k"]):
+                simulated = order[1].set_index("_k").loc[order[0]["_k"]].reset_index(
+                    drop=True)
         aligned = len(simulated) == len(measured) and all(
             (simulated[k].astype(str).to_numpy() == measured[k].astype(str).to_numpy()).all()
             for k in keys) and np.allclose(simulated["time"].astype(float),

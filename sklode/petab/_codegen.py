@@ -49,6 +49,25 @@ class _Emitter:
     def __init__(self, names):
         self.names = names  # sympy symbol -> code
 
+    def branch(self, condition, if_true, if_false):
+        """The code of ``if_true`` where ``condition`` holds, else ``if_false``, as nested
+        ``_where`` on single comparisons: an ``And``, ``Or`` or ``Not`` becomes nesting, so
+        that the solver sees each comparison as a switch of its own (it finds where one
+        changes sign) and never a boolean operation."""
+        if condition == sp.true:
+            return if_true
+        if condition == sp.false:
+            return if_false
+        if isinstance(condition, sp.And):
+            first, rest = condition.args[0], sp.And(*condition.args[1:])
+            return self.branch(first, self.branch(rest, if_true, if_false), if_false)
+        if isinstance(condition, sp.Or):
+            first, rest = condition.args[0], sp.Or(*condition.args[1:])
+            return self.branch(first, if_true, self.branch(rest, if_true, if_false))
+        if isinstance(condition, sp.Not):
+            return self.branch(condition.args[0], if_false, if_true)
+        return f"_where({self(condition)}, {if_true}, {if_false})"
+
     def __call__(self, e):
         if e in self.names:
             return self.names[e]
@@ -100,9 +119,9 @@ class _Emitter:
             for value, condition in reversed(e.args):
                 if text is None:  # the last branch: taken when no condition holds
                     text = self(value) if condition == sp.true else \
-                        f"_where({self(condition)}, {self(value)}, float('nan'))"
+                        self.branch(condition, self(value), "float('nan')")
                 else:
-                    text = f"_where({self(condition)}, {self(value)}, {text})"
+                    text = self.branch(condition, self(value), text)
             return text
         if type(e) in _RELATIONS:
             return f"({self(e.lhs)} {_RELATIONS[type(e)]} {self(e.rhs)})"
@@ -145,9 +164,15 @@ def function_source(name, arguments, outputs, names, shape_of):
             lines.append(f"    {local} = {code}")
             table[symbol] = local
     emit = _Emitter(table)
-    constants = {}  # common subexpressions that are numbers: their values, substituted
+    # common subexpressions that are numbers (their values) or conditions, substituted
+    constants = {}
     for symbol, expr in replacements:
         expr = expr.xreplace(constants)
+        if isinstance(expr, (sp.logic.boolalg.Boolean, sp.core.relational.Relational)):
+            # a shared condition stays in the expressions that read it: Piecewise turns
+            # its And/Or/Not into nesting (Emitter.branch), which a name would hide
+            constants[symbol] = expr
+            continue
         value = _constant(expr)
         if value is not None:
             constants[symbol] = sp.Float(value)

@@ -616,6 +616,11 @@ class _Builder:
         for p in estimated:
             if p not in names:  # pragma: no cover - every table id is in names
                 raise ValueError(f"The estimated parameter {p!r} is not used by the problem.")
+        for T in ode.event_times:  # a switch time's own sensitivity is not computed
+            moved = sorted(s.name for s in T.free_symbols if s.name in estimated)
+            if moved:
+                raise UnsupportedFeature(f"an SBML event at time {T}, which depends on the "
+                                         f"estimated parameter(s) {moved}")
 
         experiments = ExperimentTables(self.ode, self.sp, self.petab).experiments(measurements, used, names, conditions, cond_columns,
                                         shifted, len(used) + n_aux)

@@ -18,7 +18,10 @@ What the ODE is, following the SBML specification (level 3, section 4) and what 
   amount or concentration (converted to what the state denotes), else a rate-rule target's
   SBML value; it may depend on parameters (fitted through them).
 
-What is refused, with the feature named: events, algebraic rules, fast reactions, delays,
+Events that set a value at a time are piecewise functions of time (:mod:`._events`).
+
+What is refused, with the feature named: events triggered by the state or making a state
+jump, algebraic rules, fast reactions, delays,
 ``rateOf``, a compartment whose size a rule changes, stoichiometries set by rules or math.
 """
 
@@ -26,12 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._errors import UnsupportedFeature
+from ._events import event_switches
+
 __all__ = ["SymbolicODE", "UnsupportedFeature", "read_sbml"]
-
-
-class UnsupportedFeature(NotImplementedError):
-    """The SBML model or PEtab problem uses a feature the import does not support; the
-    message names it."""
 
 
 @dataclass
@@ -50,9 +51,12 @@ class SymbolicODE:
         Each state's initial value (may depend on parameters).
     assignments : dict
         Name -> sympy.Expr of every assignment-rule target (substituted already), so that
-        observables that name one can be written in states and parameters.
+        observables that name one can be written in states and parameters; an event's
+        target, as its piecewise function of time (:mod:`._events`).
     time : sympy.Symbol
         The symbol of time in the expressions.
+    event_times : list of sympy.Expr
+        The times of the model's events (in parameters).
     """
 
     states: list
@@ -62,6 +66,7 @@ class SymbolicODE:
     assignments: dict = field(default_factory=dict)
     time: object = None
     symbols: dict = field(default_factory=dict)
+    event_times: list = field(default_factory=list)
 
     def symbol(self, name):
         """The sympy symbol of a state, parameter or assignment target by name."""
@@ -251,7 +256,14 @@ def read_sbml(path_or_document):
     else:
         raise ValueError("The initial assignments refer to one another in a cycle.")
 
-    rhs = [substituted(derivatives[s]) for s in states]
+    # events that set a value at a time: the targets become piecewise functions of time
+    switches, event_times = event_switches(model, math, sym, time, sp, states=states,
+                                           derivatives=derivatives, parameters=parameters)
+    rhs = [substituted(derivatives[s]).xreplace({sym(v): e for v, e in switches.items()})
+           for s in states]
+    assignments = {v: e.xreplace({sym(k): w for k, w in switches.items()})
+                   for v, e in assignments.items()}
+    assignments.update(switches)  # observables that name a target read its switch
     known = {sym(n) for n in list(states) + list(parameters)} | {time}
     for name, expr in [*zip(states, rhs), *initial.items()]:
         unknown = expr.free_symbols - known
@@ -263,13 +275,10 @@ def read_sbml(path_or_document):
             initial[s] = initial[s].xreplace({time: sp.Integer(0)})
     return SymbolicODE(states=states, parameters=parameters, rhs=rhs,
                        initial=[initial[s] for s in states], assignments=assignments,
-                       time=time, symbols=symbols)
+                       time=time, symbols=symbols, event_times=event_times)
 
 
 def _refuse_unsupported(model):
-    if model.getNumEvents():
-        raise UnsupportedFeature(f"SBML events ({model.getNumEvents()} in this model): the "
-                                 "state would jump at a trigger")
     for i in range(model.getNumRules()):
         rule = model.getRule(i)
         if rule.isAlgebraic():
