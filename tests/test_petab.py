@@ -540,7 +540,7 @@ def test_unsupported_features_are_named(small_problem, tmp_path):
      variable="A"><math xmlns="http://www.w3.org/1998/Math/MathML"><cn>0</cn></math>
      </eventAssignment></listOfEventAssignments></event></listOfEvents>""")
     (tmp_path / "model.xml").write_text(event)
-    with pytest.raises(UnsupportedFeature, match="SBML events"):
+    with pytest.raises(UnsupportedFeature, match="SBML event"):
         sk_petab.load(tmp_path / "problem.yaml")
 
 

@@ -42,7 +42,7 @@ def _g_pieces(a):
 def _x(t, k=K, a=A, x0=1.0):
     """X by hand: on each piece X relaxes to g / k at rate k."""
     pieces = _g_pieces(a)
-    x, start = x0, 0.0
+    x = x0
     for j, (begin, g) in enumerate(pieces):
         end = pieces[j + 1][0] if j + 1 < len(pieces) else np.inf
         if t <= end:

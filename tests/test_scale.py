@@ -359,7 +359,7 @@ def test_a_sparsity_that_keeps_growing_is_refused_not_guessed():
 
 
 def test_neumann_series_stops_early_when_it_cannot_converge_in_its_budget():
-    from sklode.outputerror._sensitivity import _neumann_series
+    from sklode.outputerror._stages import _neumann_series
 
     r = np.array([1.0, -2.0, 0.5])
     calls = []
