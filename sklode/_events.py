@@ -1,4 +1,4 @@
-"""Doses: what happens to the state at given times, in one implementation.
+"""Doses and events: what happens to the state at given times, or where a trigger fires.
 
 A bolus ``(time, state, amount)`` adds ``amount`` to ``state`` at ``time``. :func:`dose_segments`
 groups an experiment's doses by time and says which act at the start and which between output
@@ -8,13 +8,26 @@ each, for every forward solve: :func:`sklode.integrate.simulate`, the trajectori
 output and the CVODES solves with sensitivities (:mod:`sklode.outputerror._sensitivity`; a
 bolus of known size leaves the sensitivities continuous). The methods on the data grid cut
 their data at the same dose times (:class:`sklode._on_grid.DoseSplit`).
+
+A model's events (:class:`sklode.models.Event`, ``model.events``) jump the state where a
+trigger function crosses zero: :func:`solve_across_events` locates each crossing on a dense
+solve, integrates up to it, applies the jump and goes on, for the same forward solves.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import brentq
 
-__all__ = ["add_doses", "dose_segments", "solve_across_doses"]
+from .exceptions import IntegrationError
+
+__all__ = ["add_doses", "dose_segments", "solve_across_doses", "solve_across_events"]
+
+#: More events than this in one solve is taken for events that fire without end; so are
+#: this many firings in a row, each within 1e-9 (relative) of the time of the one before (a
+#: jump that sets its own trigger off again at once).
+MAX_EVENTS = 10_000
+MAX_EVENTS_AT_ONCE = 100
 
 
 def dose_segments(doses, t0, t_end):
@@ -98,3 +111,120 @@ def solve_across_doses(solve_segment, x0, t0, times, doses):
         states[inside] = out[index]
         x, start = add_doses(out[-1], amounts), end
     return states
+
+
+
+def model_events(model):
+    """The model's events (``model.events``), a tuple (empty for most models)."""
+    return tuple(getattr(model, "events", None) or ())
+
+
+def _holds(events, t, x, theta):
+    return [event.value(t, x, theta) >= 0.0 for event in events]
+
+
+def _first_crossing(events, theta, steps, dense, holds):
+    """The earliest time in ``(steps[0], steps[-1]]`` where a trigger crosses zero from
+    below on the dense solution (a trigger holding at ``steps[0]`` must first stop holding),
+    and the events that fire there; ``(None, [])`` where none does.
+
+    Each trigger is read at the solver's steps; a crossing is bracketed between two steps
+    and found by Brent's method on the dense output (a trigger that crosses and recrosses
+    within one step is not seen, as in scipy's ``solve_ivp`` events)."""
+    X = dense(steps).T
+    found = []
+    for k, event in enumerate(events):
+        armed = not holds[k]
+        previous = None
+        for j, t in enumerate(steps):
+            value = event.value(t, X[j], theta)
+            if not armed:
+                armed = value < 0.0
+            elif j and value >= 0.0 and previous is not None and previous < 0.0:
+                a, b = steps[j - 1], t
+                tau = brentq(lambda s: event.value(s, dense(np.array([s]))[:, 0], theta), a,
+                             b, xtol=1e-14 * max(1.0, abs(b)), rtol=4 * np.finfo(float).eps)
+                found.append((tau, k))
+                break
+            previous = value
+    if not found:
+        return None, []
+    tau = min(f[0] for f in found)
+    together = 1e-12 * max(1.0, abs(tau))
+    return tau, sorted(k for t, k in found if t - tau <= together)
+
+
+def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense):
+    """The states at ``times``, integrated from one event to the next.
+
+    Parameters
+    ----------
+    events : sequence of Event
+    theta : ndarray of shape (n_params,)
+    x0 : ndarray of shape (n_states,)
+        The state at ``t0`` (before an event that fires at the start).
+    t0 : float
+    times : ndarray of shape (n_times,)
+        Increasing output times after ``t0``; an output at an event's time sees the state
+        before it (as for a dose).
+    solve_segment : callable
+        As for :func:`solve_across_doses`: ``solve_segment(start, end, x, t_eval, inside,
+        index) -> states`` at ``t_eval`` (the segment's outputs and ``end``).
+    solve_dense : callable
+        ``solve_dense(start, end, x) -> (steps, dense)``: a solve from ``x`` at ``start``
+        towards ``end`` with dense output ``dense(t) -> (n_states, len(t))`` and its steps
+        (``start`` first), on which the triggers are located.
+
+    Returns
+    -------
+    states : ndarray of shape (n_times, n_states)
+    fired : list of (float, list of int, ndarray, ndarray)
+        Each firing: its time, the events (indices, in the order applied), the state before
+        and the state after.
+
+    Raises
+    ------
+    IntegrationError
+        Where events fire without end.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    x = np.array(x0, dtype=np.float64)
+    t_end = float(times[-1])
+    states = np.empty((times.size, x.size))
+    fired = []
+    holds = _holds(events, t0, x, theta)
+    at_start = [k for k, event in enumerate(events) if holds[k] and not event.initial_value]
+    if at_start:
+        before = x
+        for k in at_start:
+            x = events[k].jump(t0, x, theta)
+        fired.append((float(t0), at_start, before, x))
+        holds = _holds(events, t0, x, theta)
+    start, at_once = float(t0), 0
+    while True:
+        tau, which = None, []
+        if start < t_end:
+            steps, dense = solve_dense(start, t_end, x)
+            tau, which = _first_crossing(events, theta, np.asarray(steps), dense, holds)
+        end = t_end if tau is None else tau
+        inside = (times > start) & (times <= end)
+        t_eval = np.union1d(times[inside], [end])
+        index = np.searchsorted(t_eval, times[inside])
+        out = solve_segment(start, end, x, t_eval, inside, index)
+        states[inside] = out[index]
+        if tau is None:
+            return states, fired
+        before = x = out[-1]
+        for k in which:
+            x = events[k].jump(tau, x, theta)
+        fired.append((float(tau), which, before, x))
+        at_once = at_once + 1 if tau - start <= 1e-9 * max(1.0, abs(tau)) else 0
+        if len(fired) > MAX_EVENTS or at_once >= MAX_EVENTS_AT_ONCE:
+            raise IntegrationError(
+                f"The events {[events[k].name or k for k in which]} fired "
+                f"{len(fired)} times by t={tau:g}, the last {at_once + 1} within "
+                f"{tau - fired[-at_once - 1][0]:.3g} of one another: a jump that sets its "
+                "own trigger off again at once (or more events than a solve can hold).",
+                t_reached=tau)
+        holds = _holds(events, tau, x, theta)
+        start = tau

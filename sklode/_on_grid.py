@@ -22,7 +22,7 @@ from .diagnostics._assessment import Polish, assess_fit, likelihood_attributes
 from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from .diagnostics._uncertainty import standard_errors, uncertainty_attributes
 from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError, warn
-from ._events import add_doses, dose_segments
+from ._events import add_doses, dose_segments, model_events
 from .integrate import simulate
 from .models._wrappers import HeldParameters, ScaledStates
 
@@ -53,7 +53,8 @@ STATE_NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal")
 
 
 def require_state_data(model, data, noise_kind, estimator_name, proportional=True):
-    """Refuse, naming AdjointODE, what only a forward-solver likelihood can fit: observables
+    """Refuse, naming AdjointODE, what only a forward-solver likelihood can fit: events,
+    observables
     other than the states, a modelled noise, per-experiment parameter values, per-observable
     or Laplace/log10 error kinds (BCD-prox's fidelity and WENDy's weak form are written in
     the states, with one noise level per state).
@@ -70,6 +71,12 @@ def require_state_data(model, data, noise_kind, estimator_name, proportional=Tru
         method's own message and not listed here).
     """
     way = "Use AdjointODE, which fits"
+    events = model_events(model)
+    if events:
+        raise ValueError(
+            f"{estimator_name} fits a smooth trajectory on the data grid, but "
+            f"{type(model).__name__} has events ({', '.join(map(repr, events))}) that make "
+            f"its state jump. {way} models with events (it solves across them).")
     if model.has_observation_model:
         raise ValueError(
             f"{estimator_name} fits the states themselves (its cost is written in x), but "

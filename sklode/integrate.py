@@ -15,7 +15,7 @@ from scipy.linalg import block_diag
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
 from .models._band import band_width, jacobian_band
-from ._events import solve_across_doses
+from ._events import model_events, solve_across_doses, solve_across_events
 from .models._derived import derived
 
 __all__ = ["simulate", "solve", "integrator_for", "INTEGRATORS"]
@@ -413,7 +413,9 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
     doses : sequence of (float, int, float), optional
         Boluses ``(time, state index, amount)`` added to the state at those times (at or
         after ``t0``; the ODE is integrated in segments between them). An output at a dose's
-        time is the state just before it.
+        time is the state just before it. A model with events
+        (:class:`~sklode.models.Event`) jumps where they fire, located on a dense solve; its
+        output times must be at or after ``t0``.
 
     Returns
     -------
@@ -460,6 +462,17 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
     out[at_t0] = x0
     kw = dict(integrator=integrator, rtol=rtol, atol=atol)
     ahead = unique[unique > t0]
+    events = model_events(model)
+    if events:
+        if doses:
+            raise ValueError(f"{model!r} has events: doses and events in one solve are not "
+                             "supported; state the doses as events of the model.")
+        if np.any(unique < t0):
+            raise ValueError("With events, every output time must be at or after t0 (the "
+                             "events are not integrated backwards).")
+        if ahead.size:
+            out[unique > t0] = _solve_with_events(model, theta, x0, t0, ahead, kw)
+        return out[inverse.reshape(-1)]
     if doses:
         if np.any(unique < t0):
             raise ValueError("With doses, every output time must be at or after t0 (the "
@@ -482,3 +495,18 @@ def _solve_with_doses(model, theta, x0, t0, ahead, doses, kw):
         return solve(model, theta, x, (start, end), t_eval=t_eval, **kw).y.T
 
     return solve_across_doses(segment, x0, t0, ahead, doses)
+
+
+
+def _solve_with_events(model, theta, x0, t0, ahead, kw):
+    """States at the increasing times ``ahead`` (all after ``t0``), integrated from one of
+    the model's events to the next (located on LSODA's dense output)."""
+    def segment(start, end, x, t_eval, inside, index):
+        return solve(model, theta, x, (start, end), t_eval=t_eval, **kw).y.T
+
+    def dense(start, end, x):
+        sol = solve(model, theta, x, (start, end), integrator="LSODA", rtol=kw["rtol"],
+                    atol=kw["atol"], dense_output=True)
+        return sol.sol.ts, sol.sol
+
+    return solve_across_events(model_events(model), theta, x0, t0, ahead, segment, dense)[0]

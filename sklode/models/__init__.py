@@ -2,6 +2,7 @@
 
 from ._base import ODEModel
 from ._check import check_model
+from ._event import Event
 from ._wrappers import FunctionModel
 from ._zoo import (
     SEIRD,
@@ -20,6 +21,7 @@ from ._zoo import (
 
 __all__ = [
     "ODEModel",
+    "Event",
     "FunctionModel",
     "check_model",
     "LotkaVolterra",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import solve_across_doses
+from .._events import model_events, solve_across_doses, solve_across_events
 from ..exceptions import IntegrationError
 from ..integrate import (
     _max_steps,
@@ -108,10 +108,14 @@ class Trajectory:
     native_banded : bool
         For a CVODES solve: whether its ``df/dx`` is banded (its Jacobians stay on CVODES
         however many their columns).
+    chained : bool
+        A solve across a model's events: ``native`` chains its segments' sensitivities
+        through the jumps (:func:`_trajectory_across_events`), and both derivative passes
+        use it whatever the columns (there is no single dense solution to run them on).
     """
 
     def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
-                 scipy=None, native_reads=None, native_banded=False):
+                 scipy=None, native_reads=None, native_banded=False, chained=False):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
@@ -122,6 +126,7 @@ class Trajectory:
         self.scipy = scipy
         self.native_reads = native_reads
         self.native_banded = native_banded
+        self.chained = chained
 
 
 class _PiecewiseDense:
@@ -192,6 +197,22 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
+    if model_events(model):
+        if doses:
+            raise ValueError(f"{model!r} has events: doses and events in one solve are not "
+                             "supported; state the doses as events of the model.")
+        return _trajectory_across_events(model, theta, x0, t0, t_obs, integrator=integrator,
+                                         rtol=rtol, atol=atol,
+                                         max_evaluations=max_evaluations)
+    return _trajectory(model, theta, x0, t0, t_obs, integrator=integrator, rtol=rtol,
+                       atol=atol, max_evaluations=max_evaluations, doses=doses,
+                       prefetch=prefetch)
+
+
+def _trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol, max_evaluations,
+                doses, prefetch):
+    """:func:`forward_trajectory` of a solve without events."""
+    t_end = float(t_obs[-1])
     method = _resolve_integrator(integrator)
     native = native_solver_for(model, method)
     if native is not None:
@@ -340,6 +361,97 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
                       native_reads=native.param_in_field, native_banded=banded)
 
 
+def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
+                              max_evaluations):
+    """:func:`forward_trajectory` of a model with events: one plain solve per segment
+    between the firings (located on LSODA's dense output), whose sensitivities in their own
+    start and theta are chained through each jump by :func:`_jump_sensitivities`."""
+    theta = np.asarray(theta, dtype=np.float64)
+    events = model_events(model)
+    pieces = []  # (trajectory, inside, index) of each segment
+    evaluations = [0]
+    plain = {"integrator": integrator, "rtol": rtol, "atol": atol,
+             "max_evaluations": max_evaluations, "doses": None, "prefetch": None}
+
+    def segment(start, end, x, t_eval, inside, index):
+        traj = _trajectory(model, theta, x, start, t_eval, **plain)
+        pieces.append((traj, inside.copy(), index))
+        evaluations[0] += traj.n_evaluations
+        return traj.states
+
+    def dense(start, end, x):
+        sol = solve(model, theta, x, (start, end), integrator="LSODA", rtol=rtol, atol=atol,
+                    dense_output=True, max_evaluations=max_evaluations)
+        evaluations[0] += sol.nfev
+        return sol.sol.ts, sol.sol
+
+    after = t_obs > t0
+    states = np.tile(x0, (t_obs.size, 1))
+    states[after], fired = solve_across_events(events, theta, x0, t0, t_obs[after], segment,
+                                               dense)
+    n, p = x0.size, model.n_params
+
+    def chained(with_x0, params=None, start=None):
+        D = np.zeros((n, n + p))  # d (state at the segment's start) / d [x0, theta]
+        D[:, :n] = np.eye(n)
+        if start is not None:
+            D[:, n:] = start
+        S = np.empty((t_obs.size, n, n + p))
+        S[~after] = D
+        firings = iter(fired)
+        if fired and fired[0][0] == t0:  # events at the start: their time does not move
+            D = _jump_sensitivities(model, events, theta, next(firings), D, fixed=True)
+        for traj, inside, index in pieces:
+            part = sensitivities(model, theta, traj, with_x0=True)  # in its start, theta
+            total = np.einsum("mab,bq->maq", part[..., :n], D)
+            total[..., n:] += part[..., n:]
+            S[np.flatnonzero(after)[inside]] = total[index]
+            firing = next(firings, None)
+            if firing is not None:
+                D = _jump_sensitivities(model, events, theta, firing, total[-1])
+        return S if with_x0 else S[..., n:]
+
+    def no_scipy():
+        raise IntegrationError("The sensitivities of a model with events come from its "
+                               "segments' solves, which failed here.")
+
+    grid = np.union1d([t0], t_obs)
+    return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, evaluations[0],
+                      native=chained, scipy=no_scipy, native_reads=np.ones(p, dtype=bool),
+                      chained=True)
+
+
+def _jump_sensitivities(model, events, theta, firing, S_before, fixed=False):
+    """The state's derivative in ``[x0, theta]`` just after a firing, from the one just
+    before: for each event's jump ``x+ = h(tau, x-, theta)`` at a time ``tau`` where the
+    trigger ``g`` crosses zero, ``S+ = h_x S- + h_theta + (h_x f- + h_t - f+) dtau``, with
+    ``dtau = -(g_x S- + g_theta) / (g_x f- + g_t)`` (zero where the time is ``fixed``)."""
+    tau, which, x_before, _ = firing
+    n = x_before.size
+    f = lambda x: model.f(tau, x[None, :], theta)[0]  # noqa: E731
+    dtau = np.zeros(S_before.shape[1])
+    if not fixed:
+        g_t, g_x, g_theta = events[which[0]].value_derivatives(tau, x_before, theta)
+        rate = float(g_x @ f(x_before) + g_t)
+        if not np.isfinite(rate) or rate == 0.0:
+            raise IntegrationError(
+                f"The trigger of event {events[which[0]].name or which[0]!r} touches zero "
+                f"at t={tau:g} without crossing it: its time has no derivative there.",
+                t_reached=tau)
+        dtau = -(g_x @ S_before)
+        dtau[n:] -= g_theta
+        dtau /= rate
+    x, S = x_before, S_before
+    for k in which:
+        h_t, h_x, h_theta = events[k].jump_derivatives(tau, x, theta)
+        after = events[k].jump(tau, x, theta)
+        S_next = h_x @ S
+        S_next[:, n:] += h_theta
+        S_next += np.outer(h_x @ f(x) + h_t - f(after), dtau)
+        x, S = after, S_next
+    return S
+
+
 def _columns_read(read, params):
     """The parameters among ``params`` (all when None) that the field reads (``read``, a
     boolean mask): the sensitivity columns CVODES integrates."""
@@ -409,7 +521,7 @@ def sensitivities(model, theta, traj, with_x0=True, params=None, start=None,
     """
     if traj.native is not None:
         if (_native_work(traj, with_x0, params) <= NATIVE_MAX_WORK_JACOBIAN
-                or traj.native_banded):
+                or traj.native_banded or traj.chained):
             S = _native_sensitivities(traj, with_x0, params, start)  # CVODES' own
             if S is not None:
                 return S
@@ -531,7 +643,7 @@ def adjoint_gradient(model, theta, traj, jumps):
         ``integral of f_theta^T p dt`` by the collocation quadrature.
     """
     if traj.native is not None:
-        if _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT:
+        if _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT or traj.chained:
             S = _native_sensitivities(traj, True)  # few columns: CVODES' own
             if S is not None:
                 g = np.einsum("ia,iaq->q", jumps, S)

@@ -1,27 +1,28 @@
-"""SBML events that switch a value at a time: read as piecewise functions of time.
+"""SBML events: values switched at a time (piecewise functions of time) or jumps of the state.
 
 An event whose trigger is ``time >= T`` (or ``time > T``, ``T <= time``, ...) with ``T`` free of
 states, and whose assignments set variables that nothing else changes (a parameter, a
 constant or boundary species, a species no reaction touches) to values free of states, is
 the same model as those variables written as piecewise functions of time: the value of the
 last event fired so far, else the variable's own (initial) value. That is what this module
-builds, so the solves, their sensitivities and their compiled form are those of any other
-switch in time (the compiled solve finds the switch and restarts past it). It covers the
+builds for them, so the solves, their sensitivities and their compiled form are those of any
+other switch in time (the compiled solve finds the switch and restarts past it). It covers the
 collection's time-triggered stimuli (Smith_BMCSystBiol2013: insulin set at ``t_ins``, 2880 and
-2895 minutes).
+2895 minutes). The SBML semantics kept: with ``initialValue = true`` the trigger counts as
+true before the start (t = 0), so an event whose time is at or before the start never fires;
+with ``false`` it fires at the start. A ``delay`` free of states adds to ``T``. Events that
+fire at the same time apply in the order of their priorities (constant numbers; higher
+first), else in document order: the last one's value holds.
 
-The SBML semantics kept: with ``initialValue = true`` the trigger counts as true before the
-start (t = 0), so an event whose time is at or before the start never fires; with
-``false`` it fires at the start. A ``delay`` free of states adds to ``T``.
-``useValuesFromTriggerTime`` and ``persistent`` cannot matter here (the values are free of
-states and a time trigger never turns false). Events that fire at the same time apply in
-the order of their priorities (constant numbers; higher first), else in document order: the
-last one's value holds.
+Every other event is a **jump** of the state (:class:`sklode.models.Event`): its trigger, a
+single comparison ``a > b`` (or ``>=``, ``<``, ``<=``) of anything, fires where ``a - b`` (or
+``b - a``) crosses zero from below; its assignments set states (species and rate-rule
+targets) to values of the state and parameters just before it. The solves locate the
+crossing and the sensitivities jump there, the event time's own sensitivity included. An
+event that assigns a variable some jump event assigns is a jump too.
 
-Refused with the reason: a trigger that depends on a state (the state would be located by
-root finding and the sensitivities would jump at it), an assignment to a variable that
-changes otherwise (a state jump), an assignment whose value names a state or another event's
-target, a priority that is not a number.
+Refused with the reason: a trigger that combines comparisons (``and``, ``or``), a delayed
+jump, a jump that assigns a parameter, a priority that is not a number.
 """
 
 from __future__ import annotations
@@ -45,8 +46,19 @@ def _time_of(trigger, time, sp):
     return time - difference
 
 
+def _jump_function(condition, sp):
+    """``g`` of a trigger that is one comparison: it fires where ``g`` crosses zero from
+    below; None for any other trigger."""
+    if isinstance(condition, (sp.GreaterThan, sp.StrictGreaterThan)):
+        return condition.lhs - condition.rhs
+    if isinstance(condition, (sp.LessThan, sp.StrictLessThan)):
+        return condition.rhs - condition.lhs
+    return None
+
+
 def event_switches(model, math, sym, time, sp, *, states, derivatives, parameters):
-    """The variables the model's events set, as piecewise functions of time.
+    """The variables the model's time events set, as piecewise functions of time, and the
+    other events as jumps.
 
     Parameters
     ----------
@@ -67,10 +79,13 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
     Returns
     -------
     switches : dict
-        Name -> the piecewise expression of each event target.
+        Name -> the piecewise expression of each switched variable.
     times : list of sympy.Expr
-        The events' times ``T`` (their symbols must not be estimated: the sensitivities of a
-        switch time are not computed).
+        The switch events' times ``T`` (their symbols must not be estimated: the
+        sensitivities of a switch time are not computed).
+    jumps : list of dict
+        The jump events, in the order they apply when they fire together: ``trigger`` (the
+        sympy ``g``), ``assignments`` ({state: sympy value}), ``initial_value``, ``name``.
     """
     events = []
     state_symbols = {sym(s) for s in states}
@@ -81,17 +96,14 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
             raise ValueError(f"Event {name!r} has no trigger.")
         condition = math(trigger, f"The trigger of event {name!r}")
         T = _time_of(condition, time, sp)
-        if T is None or T.free_symbols & state_symbols:
-            raise UnsupportedFeature(
-                f"the SBML event {name!r} triggered by {condition} (a trigger that depends "
-                "on the state, located by root finding with sensitivities that jump there); "
-                "events at a time (time >= T) are supported")
+        if T is not None and T.free_symbols & state_symbols:
+            T = None
+        delay = None
         if event.isSetDelay():
             delay = math(event.getDelay(), f"The delay of event {name!r}")
             if delay.free_symbols & (state_symbols | {time}):
                 raise UnsupportedFeature(f"the delay of event {name!r}, which depends on the "
                                          "state")
-            T = T + delay
         priority = 0.0
         if event.isSetPriority():
             value = math(event.getPriority(), f"The priority of event {name!r}")
@@ -102,40 +114,72 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
         assignments = {}
         for assignment in event.getListOfEventAssignments():
             target = assignment.getVariable()
-            value = math(assignment, f"The assignment of event {name!r} to {target!r}")
-            changes = derivatives.get(target, sp.Integer(0)) != 0 if target in states \
-                else target not in parameters
-            if changes:
+            assignments[target] = math(assignment, f"The assignment of event {name!r} to "
+                                                   f"{target!r}")
+        events.append({"T": T, "delay": delay, "priority": priority, "k": k, "name": name,
+                       "initial_value": bool(trigger.getInitialValue()),
+                       "condition": condition, "assignments": assignments})
+
+    # which events jump: a trigger on the state, a target that changes otherwise, a value
+    # that reads the state, time or another event's target; then every event that shares
+    # a target with a jump
+    targets = {sym(v) for e in events for v in e["assignments"]}
+    for e in events:
+        changing = [v for v in e["assignments"] if (
+            derivatives.get(v, sp.Integer(0)) != 0 if v in states else v not in parameters)]
+        e["jump"] = e["T"] is None or bool(changing) or any(
+            value.free_symbols & (state_symbols | targets | {time})
+            for value in e["assignments"].values())
+    while True:
+        jumped = {v for e in events if e["jump"] for v in e["assignments"]}
+        spread = [e for e in events if not e["jump"] and jumped & set(e["assignments"])]
+        if not spread:
+            break
+        for e in spread:
+            e["jump"] = True
+
+    jumps = []
+    for e in sorted((e for e in events if e["jump"]), key=lambda e: (-e["priority"], e["k"])):
+        name = e["name"]
+        g = _jump_function(e["condition"], sp)
+        if g is None:
+            raise UnsupportedFeature(
+                f"the SBML event {name!r} triggered by {e['condition']} (a trigger that "
+                "combines comparisons; one comparison, or a time, is supported)")
+        if e["delay"] is not None and e["delay"] != 0:
+            raise UnsupportedFeature(f"the delay of event {name!r}, an event that makes the "
+                                     "state jump")
+        for target in e["assignments"]:
+            if target not in states:
                 raise UnsupportedFeature(
-                    f"the SBML event {name!r} assigns {target!r}, which also changes by "
-                    "reactions or rules (the state would jump at the event)")
-            assignments[target] = value
-        events.append((T, priority, k, bool(trigger.getInitialValue()), assignments, name))
-    targets = {sym(v) for e in events for v in e[4]}
-    for T, _, _, _, assignments, name in events:
-        for target, value in assignments.items():
-            if value.free_symbols & (state_symbols | targets | {time}):
-                raise UnsupportedFeature(
-                    f"the assignment of event {name!r} to {target!r} ({value}), which names "
-                    "the state, time or another event's target")
+                    f"the SBML event {name!r} assigns the parameter {target!r} at a trigger "
+                    "on the state (only states jump; a parameter set at a time is supported)")
+        jumps.append({"trigger": g, "assignments": e["assignments"],
+                      "initial_value": e["initial_value"], "name": name})
+
+    switching = [e for e in events if not e["jump"]]
+    for e in switching:
+        if e["delay"] is not None:
+            e["T"] = e["T"] + e["delay"]
 
     def fired(event):
-        T, _, _, initial_value, _, _ = event
+        T = event["T"]
         # a trigger true before the start (initialValue) never changes at T <= 0
-        return sp.And(time >= T, T > 0) if initial_value else time >= T
+        return sp.And(time >= T, T > 0) if event["initial_value"] else time >= T
 
     def after(later, earlier):  # ``later`` applies after ``earlier`` (its value holds)
-        (Tl, pl, kl), (Te, pe, ke) = later[:3], earlier[:3]
+        Tl, Te = later["T"], earlier["T"]
         # later in time, or at the same time: lower priority (higher goes first), then
         # later in the document
-        return Te <= Tl if (-pl, kl) > (-pe, ke) else Te < Tl
+        return Te <= Tl if (-later["priority"], later["k"]) > (-earlier["priority"],
+                                                              earlier["k"]) else Te < Tl
 
     switches = {}
-    for target in dict.fromkeys(v for e in events for v in e[4]):
-        setting = [e for e in events if target in e[4]]
+    for target in dict.fromkeys(v for e in switching for v in e["assignments"]):
+        setting = [e for e in switching if target in e["assignments"]]
         pieces = []
         for e in setting:
             last = [sp.Or(sp.Not(fired(o)), after(e, o)) for o in setting if o is not e]
-            pieces.append((e[4][target], sp.And(fired(e), *last)))
+            pieces.append((e["assignments"][target], sp.And(fired(e), *last)))
         switches[target] = sp.Piecewise(*pieces, (sym(target), True))
-    return switches, [e[0] for e in events]
+    return switches, [e["T"] for e in switching], jumps

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..models._base import ODEModel
+from ..models._event import Event
 from ..models._compile import parameters_read
 
 __all__ = ["GeneratedModel"]
@@ -54,6 +55,21 @@ def _where(condition, a, b):
 
 _NAMESPACE = {"torch": torch, "math": math, "_stack": _stack, "_maximum": _maximum,
               "_minimum": _minimum, "_where": _where}
+
+
+def _events_of(namespace):
+    """The :class:`~sklode.models.Event` objects of the generated ``event_triggers``,
+    ``event_assign_<k>`` and ``EVENTS`` (none without them)."""
+    triggers = namespace.get("event_triggers")
+    if triggers is None:
+        return ()
+
+    def trigger_of(k):
+        return lambda t, x, theta: triggers(t, x, theta)[..., k]
+
+    return tuple(Event(trigger_of(k), namespace[f"event_assign_{k}"], initial_value=initial,
+                       name=name)
+                 for k, (initial, name) in enumerate(namespace["EVENTS"]))
 
 
 class GeneratedModel(ODEModel):
@@ -104,6 +120,7 @@ class GeneratedModel(ODEModel):
         self._noise = namespace.get("noise_sd")
         if self._noise is not None:
             self.noise_sd = self._noise_sd
+        self.events = _events_of(namespace)
         self._offsets = namespace.get("state_offsets")
         self._initial = namespace.get("initial_offsets")
         self._initial_jacobian = namespace.get("initial_offsets_jacobian")

@@ -363,6 +363,33 @@ def _offsets_jacobian_source(offsets, symbols, theta_reads):
     return f"\nINITIAL_OFFSETS_JACOBIAN_AT = {at!r}\n" + body
 
 
+def _jump_events_source(ode, in_model_terms, z, offsets, displaced, reads):
+    """The source of the events that make the state jump: ``event_triggers`` (each
+    trigger's ``g``), ``event_assign_<k>`` (the whole state after event ``k``) and
+    ``EVENTS`` (each one's ``(initial_value, name)``), which :class:`GeneratedModel` turns
+    into :class:`sklode.models.Event`; empty without them."""
+    from ._codegen import function_source
+
+    if not ode.jumps:
+        return ""
+    source = "\n" + function_source("event_triggers", "t, x, theta",
+                                    [in_model_terms(j["trigger"]) for j in ode.jumps], reads,
+                                    "x.shape[:-1]")
+    for k, jump in enumerate(ode.jumps):
+        new = []
+        for s, offset in zip(ode.states, offsets):
+            if s in jump["assignments"]:  # a displaced state keeps its offset out
+                value = in_model_terms(jump["assignments"][s])
+                new.append(value - offset if displaced else value)
+            else:
+                new.append(z[s])
+        source += "\n" + function_source(f"event_assign_{k}", "t, x, theta", new, reads,
+                                         "x.shape[:-1]")
+    source += "\nEVENTS = " + repr(tuple((bool(j["initial_value"]), str(j["name"]))
+                                         for j in ode.jumps)) + "\n"
+    return source
+
+
 def _starts(model, data, theta, options):
     """Each experiment's initial state: its x0, or after its pre-equilibration."""
     rows = []
@@ -587,6 +614,7 @@ class _Builder:
             if not displaced:
                 source += _offsets_jacobian_source(offsets, [symbol[n] for n in names],
                                                    theta_reads)
+        source += _jump_events_source(ode, in_model_terms, z, offsets, displaced, reads)
         defaults = [values.get(n, float("nan")) for n in names]
         for n in names:
             if n in parameters.index:

@@ -18,10 +18,11 @@ What the ODE is, following the SBML specification (level 3, section 4) and what 
   amount or concentration (converted to what the state denotes), else a rate-rule target's
   SBML value; it may depend on parameters (fitted through them).
 
-Events that set a value at a time are piecewise functions of time (:mod:`._events`).
+Events that set a value at a time are piecewise functions of time, the others jumps of
+the state (:mod:`._events`).
 
-What is refused, with the feature named: events triggered by the state or making a state
-jump, algebraic rules, fast reactions, delays,
+What is refused, with the feature named: events that combine comparisons, delay a jump or
+make a parameter jump, algebraic rules, fast reactions, delays,
 ``rateOf``, a compartment whose size a rule changes, stoichiometries set by rules or math.
 """
 
@@ -56,7 +57,9 @@ class SymbolicODE:
     time : sympy.Symbol
         The symbol of time in the expressions.
     event_times : list of sympy.Expr
-        The times of the model's events (in parameters).
+        The times of the model's switch events (in parameters).
+    jumps : list of dict
+        The events that make the state jump (:func:`._events.event_switches`).
     """
 
     states: list
@@ -67,6 +70,7 @@ class SymbolicODE:
     time: object = None
     symbols: dict = field(default_factory=dict)
     event_times: list = field(default_factory=list)
+    jumps: list = field(default_factory=list)
 
     def symbol(self, name):
         """The sympy symbol of a state, parameter or assignment target by name."""
@@ -220,8 +224,12 @@ def read_sbml(path_or_document):
     # a constant parameter or compartment with an initial assignment keeps that value: it is
     # an expression of the other parameters, substituted like an assignment rule
     for target in [t for t in initial_assignments if t in parameters]:
-        assignments[target] = initial_assignments.pop(target)
-        del parameters[target]
+        value = initial_assignments.pop(target)
+        if value.free_symbols:
+            assignments[target] = value
+            del parameters[target]
+        else:  # a number: the parameter's value (a condition may still set it)
+            parameters[target] = float(value)
     if any(e.free_symbols & {sym(v) for v in assignments} for e in assignments.values()):
         assignments = _resolved(assignments, sym, "assignment rules and initial assignments")
     for sid in states:
@@ -257,10 +265,15 @@ def read_sbml(path_or_document):
         raise ValueError("The initial assignments refer to one another in a cycle.")
 
     # events that set a value at a time: the targets become piecewise functions of time
-    switches, event_times = event_switches(model, math, sym, time, sp, states=states,
-                                           derivatives=derivatives, parameters=parameters)
-    rhs = [substituted(derivatives[s]).xreplace({sym(v): e for v, e in switches.items()})
-           for s in states]
+    switches, event_times, jumps = event_switches(
+        model, math, sym, time, sp, states=states, derivatives=derivatives,
+        parameters=parameters)
+    switched = {sym(v): e for v, e in switches.items()}
+    rhs = [substituted(derivatives[s]).xreplace(switched) for s in states]
+    for jump in jumps:  # in states and parameters, as the field
+        jump["trigger"] = substituted(jump["trigger"]).xreplace(switched)
+        jump["assignments"] = {v: substituted(e).xreplace(switched)
+                               for v, e in jump["assignments"].items()}
     assignments = {v: e.xreplace({sym(k): w for k, w in switches.items()})
                    for v, e in assignments.items()}
     assignments.update(switches)  # observables that name a target read its switch
@@ -275,7 +288,8 @@ def read_sbml(path_or_document):
             initial[s] = initial[s].xreplace({time: sp.Integer(0)})
     return SymbolicODE(states=states, parameters=parameters, rhs=rhs,
                        initial=[initial[s] for s in states], assignments=assignments,
-                       time=time, symbols=symbols, event_times=event_times)
+                       time=time, symbols=symbols, event_times=event_times,
+                       jumps=jumps)
 
 
 def _refuse_unsupported(model):

@@ -1,0 +1,124 @@
+"""Events: the state jumps where a trigger function of the state crosses zero.
+
+An :class:`Event` is part of a model (``model.events``, a tuple): where its ``trigger``
+``g(t, x, theta)`` crosses zero from below (the trigger "becomes true"), the state is
+replaced by ``assign(t, x, theta)``. The solves locate the crossing and restart from the new
+state (:func:`sklode._events.solve_across_events`); the sensitivities jump there by the
+standard rule for a state-dependent discontinuity, the event time's own sensitivity included
+(:mod:`sklode.outputerror._across_events`), which needs the derivatives of ``g`` and of
+``assign``: this class gives them by torch's autograd of the two functions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["Event"]
+
+
+def _tensors(t, x, theta):
+    return (torch.tensor(float(t), dtype=torch.float64),
+            torch.as_tensor(np.asarray(x, dtype=np.float64)),
+            torch.as_tensor(np.asarray(theta, dtype=np.float64)))
+
+
+class Event:
+    """A jump of the state where a trigger function crosses zero from below.
+
+    Parameters
+    ----------
+    trigger : callable
+        ``trigger(t, x, theta) -> tensor`` (a scalar, in torch operations): the event
+        fires where it crosses zero from below (``x > c`` is ``x - c``; ``x < c`` is
+        ``c - x``). The trigger "holds" where it is >= 0.
+    assign : callable
+        ``assign(t, x, theta) -> tensor of shape (n_states,)``: the whole state just after
+        the event (the components it does not change as they were).
+    initial_value : bool, default=True
+        Whether the trigger counts as holding before the start (SBML's ``initialValue``):
+        then an event whose trigger holds at the start does not fire there, only after the
+        trigger has stopped holding and holds again; with False it fires at the start.
+    name : str, default=""
+        Shown in messages.
+
+    Examples
+    --------
+    A clamp: the state is set to zero where it falls below 1e-8.
+
+    >>> import torch
+    >>> from sklode.models import Event
+    >>> clamp = Event(lambda t, x, theta: 1e-8 - x[0],
+    ...               lambda t, x, theta: torch.zeros_like(x), name="extinction")
+    >>> float(clamp.value(0.0, [2.0], []))
+    -1.99999999
+    """
+
+    def __init__(self, trigger, assign, initial_value=True, name=""):
+        self.trigger = trigger
+        self.assign = assign
+        self.initial_value = bool(initial_value)
+        self.name = name
+
+    def __repr__(self):
+        return f"Event({self.name!r})" if self.name else "Event()"
+
+    def value(self, t, x, theta):
+        """The trigger's value at one point.
+
+        Parameters
+        ----------
+        t : float
+        x : array-like of shape (n_states,)
+        theta : array-like of shape (n_params,)
+
+        Returns
+        -------
+        float
+        """
+        with torch.no_grad():
+            return float(self.trigger(*_tensors(t, x, theta)))
+
+    def value_derivatives(self, t, x, theta):
+        """``(dg/dt, dg/dx, dg/dtheta)`` of the trigger at one point.
+
+        Returns
+        -------
+        g_t : float
+        g_x : ndarray of shape (n_states,)
+        g_theta : ndarray of shape (n_params,)
+        """
+        inputs = tuple(v.requires_grad_() for v in _tensors(t, x, theta))
+        g = self.trigger(*inputs)
+        if not torch.is_tensor(g) or not g.requires_grad:  # a constant trigger
+            return 0.0, np.zeros(inputs[1].numel()), np.zeros(inputs[2].numel())
+        grads = torch.autograd.grad(g, inputs, allow_unused=True)
+        out = [np.zeros(v.shape) if d is None else d.detach().numpy()
+               for d, v in zip(grads, inputs)]
+        return float(out[0]), out[1], out[2]
+
+    def jump(self, t, x, theta):
+        """The state just after the event.
+
+        Returns
+        -------
+        ndarray of shape (n_states,)
+        """
+        with torch.no_grad():
+            out = torch.as_tensor(self.assign(*_tensors(t, x, theta)), dtype=torch.float64)
+        return out.numpy().copy()
+
+    def jump_derivatives(self, t, x, theta):
+        """``(dh/dt, dh/dx, dh/dtheta)`` of ``h = assign`` at one point.
+
+        Returns
+        -------
+        h_t : ndarray of shape (n_states,)
+        h_x : ndarray of shape (n_states, n_states)
+        h_theta : ndarray of shape (n_states, n_params)
+        """
+        inputs = _tensors(t, x, theta)
+        jac = torch.autograd.functional.jacobian(
+            lambda *args: torch.as_tensor(self.assign(*args), dtype=torch.float64)
+            .reshape(-1), inputs)
+        return (jac[0].numpy().reshape(-1), jac[1].numpy(), jac[2].numpy())
