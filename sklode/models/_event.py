@@ -69,12 +69,16 @@ class Event:
         Parameters
         ----------
         t : float
+            The time.
         x : array-like of shape (n_states,)
+            The state there.
         theta : array-like of shape (n_params,)
+            The parameters.
 
         Returns
         -------
         float
+            ``g(t, x, theta)``: the trigger holds where it is >= 0.
         """
         with torch.no_grad():
             return float(self.trigger(*_tensors(t, x, theta)))
@@ -82,11 +86,23 @@ class Event:
     def value_derivatives(self, t, x, theta):
         """``(dg/dt, dg/dx, dg/dtheta)`` of the trigger at one point.
 
+        Parameters
+        ----------
+        t : float
+            The time.
+        x : array-like of shape (n_states,)
+            The state there.
+        theta : array-like of shape (n_params,)
+            The parameters.
+
         Returns
         -------
         g_t : float
+            ``dg/dt``.
         g_x : ndarray of shape (n_states,)
+            ``dg/dx``.
         g_theta : ndarray of shape (n_params,)
+            ``dg/dtheta``.
         """
         inputs = tuple(v.requires_grad_() for v in _tensors(t, x, theta))
         g = self.trigger(*inputs)
@@ -100,9 +116,19 @@ class Event:
     def jump(self, t, x, theta):
         """The state just after the event.
 
+        Parameters
+        ----------
+        t : float
+            The time.
+        x : array-like of shape (n_states,)
+            The state there.
+        theta : array-like of shape (n_params,)
+            The parameters.
+
         Returns
         -------
         ndarray of shape (n_states,)
+            ``assign(t, x, theta)``.
         """
         with torch.no_grad():
             out = torch.as_tensor(self.assign(*_tensors(t, x, theta)), dtype=torch.float64)
@@ -111,11 +137,23 @@ class Event:
     def jump_derivatives(self, t, x, theta):
         """``(dh/dt, dh/dx, dh/dtheta)`` of ``h = assign`` at one point.
 
+        Parameters
+        ----------
+        t : float
+            The time.
+        x : array-like of shape (n_states,)
+            The state there.
+        theta : array-like of shape (n_params,)
+            The parameters.
+
         Returns
         -------
         h_t : ndarray of shape (n_states,)
+            ``dh/dt``.
         h_x : ndarray of shape (n_states, n_states)
+            ``dh/dx``.
         h_theta : ndarray of shape (n_states, n_params)
+            ``dh/dtheta``.
         """
         inputs = _tensors(t, x, theta)
         jac = torch.autograd.functional.jacobian(
