@@ -13,7 +13,7 @@ AMICI and pyPESTO + Fides run in their own environment (``petab_amici.py``,
 
 Writes ``benchmarks/results/petab.md`` and ``petab.json``.
 
-    python benchmarks/petab.py [--fit Bertozzi_PNAS2020 ...] [--starts 20]
+    python benchmarks/petab.py [--fit Bertozzi_PNAS2020 ...] [--starts 20] [--skip-nominal]
 """
 
 from __future__ import annotations
@@ -97,11 +97,14 @@ def _load(name):
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def main(fit_names, n_starts):
+def main(fit_names, n_starts, skip_nominal=False):
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     results = _load("petab.json")
     for folder in sorted(p for p in COLLECTION.iterdir() if p.is_dir()):
+        if skip_nominal and (folder.name not in fit_names
+                             or "nominal" in results.get(folder.name, {})):
+            continue  # kept from the last run
         results.setdefault(folder.name, {})["nominal"] = nominal(folder)
         print(folder.name, results[folder.name]["nominal"], flush=True)
     starts = _load("petab_starts.json")
@@ -207,5 +210,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", nargs="*", default=[])
     parser.add_argument("--starts", type=int, default=20)
+    parser.add_argument("--skip-nominal", action="store_true",
+                        help="keep the nominal rows of the last run (the fits only)")
     args = parser.parse_args()
-    main(args.fit, args.starts)
+    main(args.fit, args.starts, args.skip_nominal)

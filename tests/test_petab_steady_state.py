@@ -150,3 +150,25 @@ def test_steady_state_data_after_a_pre_equilibration_are_refused_by_name(problem
     with pytest.raises(UnsupportedFeature, match="steady-state measurements .* after a "
                                                  "pre-equilibration"):
         sk_petab.load(folder / "problem.yaml")
+
+
+def test_replicates_of_one_steady_state_are_not_called_a_poor_fit(problem_path, tmp_path):
+    import pandas as pd
+
+    from sklode.exceptions import PoorFitWarning
+
+    # only c1's replicates at rest: the fitted rest explains none of their spread (R^2
+    # near 0 by construction), which is noise, not a model that misses the data
+    folder = tmp_path / "replicates"
+    folder.mkdir()
+    for f in problem_path.parent.iterdir():
+        (folder / f.name).write_text(f.read_text())
+    table = pd.read_csv(problem_path.parent / "measurements.tsv", sep="\t")
+    at_rest = table[(table["simulationConditionId"] == "c1") & (table["time"] == np.inf)]
+    at_rest.to_csv(folder / "measurements.tsv", sep="\t", index=False)
+    problem = sk_petab.load(folder / "problem.yaml")
+    assert len(problem.experiments) == 3  # three replicates of each observable
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        problem.estimator(theta0=problem.nominal).fit(problem.experiments)
+    assert not [w for w in caught if issubclass(w.category, PoorFitWarning)]

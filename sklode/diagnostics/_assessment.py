@@ -109,7 +109,9 @@ def likelihood_attributes(model, theta, data, x0s, options, *, sigma, noise_kind
 
 def explained_variance(model, theta, data, x0s, options):
     """R² of the prediction over the observed entries, per observed state pooled over the
-    experiments, then averaged over the states (``-inf`` if it cannot be integrated).
+    experiments, then averaged over the states (``-inf`` if it cannot be integrated; ``inf``
+    where no state varies between what the model can tell apart: replicates of one steady
+    state leave it nothing to explain).
 
     Parameters
     ----------
@@ -135,8 +137,19 @@ def explained_variance(model, theta, data, x0s, options):
         truth.append(np.where(e.mask, e.Y, np.nan))
         predicted.append(P)
     Y, P = np.vstack(truth), np.vstack(predicted)
-    # a constant column has no variance to explain
-    varying = [np.ptp(Y[np.isfinite(Y[:, k]), k]) > 0 for k in range(len(columns))]
+    # what the model can tell apart: its state at a time (replicate experiments at one
+    # steady state share both, and their spread is noise alone; a flat trajectory under
+    # data that move still has several times)
+    try:
+        states, _ = states_at_observations(model, theta, data, x0s, options)
+    except SklodeError:
+        return -np.inf
+    settings = np.array([hash((float(t), tuple(np.round(x, 12))))
+                         for e, X in zip(data.experiments, states) for t, x in zip(e.t, X)])
+    # a constant column has no variance to explain, nor one measured under one setting
+    varying = [np.ptp(Y[np.isfinite(Y[:, k]), k]) > 0
+               and np.unique(settings[np.isfinite(Y[:, k])]).size > 1
+               for k in range(len(columns))]
     if not any(varying):
         return np.inf
     return float(np.mean(r2_by_state(Y[:, varying], P[:, varying])))
