@@ -59,6 +59,12 @@ POOR_FIT_R2 = 0.5
 
 
 
+# Replicates of one steady state are judged only where the fit misses their mean by more
+# than this many standard errors of it (an adequate fit misses it by about one).
+_REPLICATE_MISS = 5.0
+
+
+
 # The noise level is floored at this fraction of the state's RMS: on (nearly) noise-free data
 # a misfit below 1 % of the signal is never called poor.
 _NOISE_FLOOR = 0.01
@@ -146,10 +152,20 @@ def explained_variance(model, theta, data, x0s, options):
         return -np.inf
     settings = np.array([hash((float(t), tuple(np.round(x, 12))))
                          for e, X in zip(data.experiments, states) for t, x in zip(e.t, X)])
-    # a constant column has no variance to explain, nor one measured under one setting
-    varying = [np.ptp(Y[np.isfinite(Y[:, k]), k]) > 0
-               and np.unique(settings[np.isfinite(Y[:, k])]).size > 1
-               for k in range(len(columns))]
+    # a constant column has no variance to explain, nor one measured under one setting,
+    # unless the fit misses the replicates' mean by more than _REPLICATE_MISS standard
+    # errors of it (a fit stuck away from a steady state still shows)
+    def judged(k):
+        seen = np.isfinite(Y[:, k])
+        if np.ptp(Y[seen, k]) <= 0:
+            return False
+        if np.unique(settings[seen]).size > 1:
+            return True
+        miss = np.mean(Y[seen, k] - P[seen, k])
+        return bool(abs(miss) > _REPLICATE_MISS * np.std(Y[seen, k], ddof=1)
+                    / np.sqrt(seen.sum()))
+
+    varying = [judged(k) for k in range(len(columns))]
     if not any(varying):
         return np.inf
     return float(np.mean(r2_by_state(Y[:, varying], P[:, varying])))
