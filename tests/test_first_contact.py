@@ -278,3 +278,35 @@ def test_a_method_that_stopped_short_is_told_so_and_the_experiments_are_not_blam
     assert len(poor) == 1 and "stopped short of the output-error optimum" in poor[0]
     assert "Try substeps=2" in poor[0]  # the method's own remedy, now that it is the method
     assert "The experiments differ" not in poor[0] and "does not describe" not in poor[0]
+
+
+def test_replicates_whose_spread_is_noise_are_not_called_a_poor_fit():
+    # five replicate series of a decay, noise sd 1 on a signal falling from 2 to 0.1:
+    # the right model's trajectory explains ~0.3 of the raw variance (the replicates'
+    # spread is noise) and ~0.75 of their means'; a flat model explains none of either
+    from sklode.models import FunctionModel
+
+    def decay(t, x, theta):
+        return -theta[0] * x
+
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.5, 6.0, 6)
+    clean = 2.0 * np.exp(-0.5 * t)[:, None]
+    replicates = [Experiment(t, clean + 1.0 * rng.standard_normal(clean.shape), x0=[2.0],
+                             t0=0.0, name=f"r{k}") for k in range(5)]
+    model = FunctionModel(decay, ("x",), ("k",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = AdjointODE(model, theta0=[0.3], estimate_x0=False).fit(replicates)
+    # 30 values at sd 1: within three standard errors of the truth
+    assert abs(fit.theta_[0] - 0.5) <= 3 * fit.theta_stderr_[0]
+    assert not [w for w in caught if issubclass(w.category, PoorFitWarning)]
+
+    def flat(t, x, theta):  # a model that cannot follow the decay at all
+        return 0.0 * theta[0] * x
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AdjointODE(FunctionModel(flat, ("x",), ("k",)), theta0=[0.3],
+                   estimate_x0=False).fit(replicates)
+    assert [w for w in caught if issubclass(w.category, PoorFitWarning)]

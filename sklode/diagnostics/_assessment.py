@@ -117,7 +117,10 @@ def explained_variance(model, theta, data, x0s, options):
     """R² of the prediction over the observed entries, per observed state pooled over the
     experiments, then averaged over the states (``-inf`` if it cannot be integrated; ``inf``
     where no state varies between what the model can tell apart: replicates of one steady
-    state leave it nothing to explain).
+    state leave it nothing to explain). Where replicates share a time and a state (replicate
+    experiments, PEtab's repeated rows), it is the R² of their means: their spread around
+    them is noise no trajectory can explain (Liu et al. 2025, five tumour counts per day:
+    0.38 of the raw variance at the collection's own optimum).
 
     Parameters
     ----------
@@ -168,7 +171,20 @@ def explained_variance(model, theta, data, x0s, options):
     varying = [judged(k) for k in range(len(columns))]
     if not any(varying):
         return np.inf
-    return float(np.mean(r2_by_state(Y[:, varying], P[:, varying])))
+    from sklearn.metrics import r2_score
+
+    scores = []
+    for k in np.flatnonzero(varying):
+        seen = np.isfinite(Y[:, k])
+        keys, group = np.unique(settings[seen], return_inverse=True)
+        if 1 < keys.size < seen.sum():  # replicates: the model can reach their means only
+            counts = np.bincount(group)
+            means = np.bincount(group, Y[seen, k]) / counts
+            if np.ptp(means) > 0:
+                scores.append(r2_score(means, np.bincount(group, P[seen, k]) / counts))
+                continue
+        scores.append(r2_score(Y[seen, k], P[seen, k]))
+    return float(np.mean(scores))
 
 
 
