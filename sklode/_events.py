@@ -136,8 +136,9 @@ def _first_crossing(events, theta, steps, dense, holds):
     for k, event in enumerate(events):
         armed = not holds[k]
         previous = None
+        values = event.values(steps, X, theta)
         for j, t in enumerate(steps):
-            value = event.value(t, X[j], theta)
+            value = values[j]
             if not armed:
                 armed = value < 0.0
             elif j and value >= 0.0 and previous is not None and previous < 0.0:

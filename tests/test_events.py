@@ -167,3 +167,16 @@ def test_the_methods_on_the_data_grid_refuse_a_model_with_events(name):
     estimator = getattr(sklode, name)(Refilled(), theta0=THETA)
     with pytest.raises(ValueError, match="has events .*'refill'.* Use AdjointODE"):
         estimator.fit(t, Y)
+
+
+def test_the_batched_trigger_values_equal_the_pointwise_ones():
+    # the dense solve's steps are read in one vmapped call: the same numbers as one call
+    # per point, also for a trigger with Python control flow (which falls back to the loop)
+    rng = np.random.default_rng(1)
+    times, X = np.sort(rng.uniform(0, 5, 50)), rng.uniform(0, 3, (50, 2))
+    smooth = Refilled.events[0]
+    branching = Event(lambda t, x, th: (x[0] - 1.0) if float(x[1]) > 1.5 else (t - 2.0),
+                      lambda t, x, th: x)
+    for event in (smooth, branching):
+        pointwise = [event.value(t, x, THETA) for t, x in zip(times, X)]
+        np.testing.assert_array_equal(event.values(times, X, THETA), pointwise)

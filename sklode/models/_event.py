@@ -83,6 +83,33 @@ class Event:
         with torch.no_grad():
             return float(self.trigger(*_tensors(t, x, theta)))
 
+    def values(self, times, X, theta):
+        """The trigger at many points at once (one batched torch call where the trigger
+        vectorises with :func:`torch.func.vmap`, else one call per point).
+
+        Parameters
+        ----------
+        times : ndarray of shape (n_points,)
+        X : ndarray of shape (n_points, n_states)
+        theta : array-like of shape (n_params,)
+
+        Returns
+        -------
+        ndarray of shape (n_points,)
+        """
+        times = torch.as_tensor(np.asarray(times, dtype=np.float64))
+        X = torch.as_tensor(np.asarray(X, dtype=np.float64))
+        theta_t = torch.as_tensor(np.asarray(theta, dtype=np.float64))
+        if self.__dict__.get("_vectorises", True):
+            try:
+                with torch.no_grad():
+                    out = torch.func.vmap(lambda t, x: torch.as_tensor(
+                        self.trigger(t, x, theta_t), dtype=torch.float64))(times, X)
+                return out.numpy().reshape(-1).copy()
+            except Exception:  # noqa: BLE001 -- Python control flow on a value, say
+                self._vectorises = False
+        return np.array([self.value(t, x, theta) for t, x in zip(times.numpy(), X.numpy())])
+
     def value_derivatives(self, t, x, theta):
         """``(dg/dt, dg/dx, dg/dtheta)`` of the trigger at one point.
 
