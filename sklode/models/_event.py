@@ -5,7 +5,7 @@ An :class:`Event` is part of a model (``model.events``, a tuple): where its ``tr
 replaced by ``assign(t, x, theta)``. The solves locate the crossing and restart from the new
 state (:func:`sklode._events.solve_across_events`); the sensitivities jump there by the
 standard rule for a state-dependent discontinuity, the event time's own sensitivity included
-(:mod:`sklode.outputerror._across_events`), which needs the derivatives of ``g`` and of
+(``sklode.outputerror._sensitivity``), which needs the derivatives of ``g`` and of
 ``assign``: this class gives them by torch's autograd of the two functions.
 """
 
