@@ -90,12 +90,16 @@ class Event:
         Parameters
         ----------
         times : ndarray of shape (n_points,)
+            The times.
         X : ndarray of shape (n_points, n_states)
+            The state at each.
         theta : array-like of shape (n_params,)
+            The parameters.
 
         Returns
         -------
         ndarray of shape (n_points,)
+            ``g`` at each point.
         """
         times = torch.as_tensor(np.asarray(times, dtype=np.float64))
         X = torch.as_tensor(np.asarray(X, dtype=np.float64))
