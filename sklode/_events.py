@@ -114,9 +114,14 @@ def solve_across_doses(solve_segment, x0, t0, times, doses):
 
 
 
-def model_events(model):
-    """The model's events (``model.events``), a tuple (empty for most models)."""
-    return tuple(getattr(model, "events", None) or ())
+def model_events(model, doses=None):
+    """The model's events (``model.events``), a tuple (empty for most models); a
+    ValueError where a solve is also given ``doses`` (one loop or the other)."""
+    events = tuple(getattr(model, "events", None) or ())
+    if events and doses:
+        raise ValueError(f"{model!r} has events: doses and events in one solve are not "
+                         "supported; state the doses as events of the model.")
+    return events
 
 
 def _holds(events, t, x, theta):
@@ -141,7 +146,7 @@ def _first_crossing(events, theta, steps, dense, holds):
             value = values[j]
             if not armed:
                 armed = value < 0.0
-            elif j and value >= 0.0 and previous is not None and previous < 0.0:
+            elif value >= 0.0 and previous is not None and previous < 0.0:
                 a, b = steps[j - 1], t
                 tau = brentq(lambda s: event.value(s, dense(np.array([s]))[:, 0], theta), a,
                              b, xtol=1e-14 * max(1.0, abs(b)), rtol=4 * np.finfo(float).eps)

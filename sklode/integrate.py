@@ -462,11 +462,7 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
     out[at_t0] = x0
     kw = dict(integrator=integrator, rtol=rtol, atol=atol)
     ahead = unique[unique > t0]
-    events = model_events(model)
-    if events:
-        if doses:
-            raise ValueError(f"{model!r} has events: doses and events in one solve are not "
-                             "supported; state the doses as events of the model.")
+    if model_events(model, doses):
         if np.any(unique < t0):
             raise ValueError("With events, every output time must be at or after t0 (the "
                              "events are not integrated backwards).")

@@ -136,23 +136,17 @@ def explained_variance(model, theta, data, x0s, options):
     float
     """
     columns = list(data.observed)
-    truth, predicted = [], []
-    for x0, e in zip(x0s, data.experiments):
-        try:
-            with np.errstate(all="ignore"):
-                P = predicted_observables(model, theta, e, x0, e.t, options)[:, columns]
-        except SklodeError:
-            return -np.inf
-        truth.append(np.where(e.mask, e.Y, np.nan))
-        predicted.append(P)
-    Y, P = np.vstack(truth), np.vstack(predicted)
+    try:  # one solve per experiment gives both the observables and the states
+        with np.errstate(all="ignore"):
+            states, thetas = states_at_observations(model, theta, data, x0s, options)
+            P = np.vstack([model.observe_values(e.t, X, th)[:, columns]
+                           for e, X, th in zip(data.experiments, states, thetas)])
+    except SklodeError:
+        return -np.inf
+    Y = np.vstack([np.where(e.mask, e.Y, np.nan) for e in data.experiments])
     # what the model can tell apart: its state at a time (replicate experiments at one
     # steady state share both, and their spread is noise alone; a flat trajectory under
     # data that move still has several times)
-    try:
-        states, _ = states_at_observations(model, theta, data, x0s, options)
-    except SklodeError:
-        return -np.inf
     settings = np.array([hash((float(t), tuple(np.round(x, 12))))
                          for e, X in zip(data.experiments, states) for t, x in zip(e.t, X)])
     # a constant column has no variance to explain, nor one measured under one setting,

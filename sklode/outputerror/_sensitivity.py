@@ -197,10 +197,7 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
-    if model_events(model):
-        if doses:
-            raise ValueError(f"{model!r} has events: doses and events in one solve are not "
-                             "supported; state the doses as events of the model.")
+    if model_events(model, doses):
         return _trajectory_across_events(model, theta, x0, t0, t_obs, integrator=integrator,
                                          rtol=rtol, atol=atol,
                                          max_evaluations=max_evaluations)

@@ -650,8 +650,8 @@ class _Builder:
                 raise UnsupportedFeature(f"an SBML event at time {T}, which depends on the "
                                          f"estimated parameter(s) {moved}")
 
-        experiments = ExperimentTables(self.ode, self.sp, self.petab).experiments(measurements, used, names, conditions, cond_columns,
-                                        shifted, len(used) + n_aux)
+        experiments = ExperimentTables(self.ode, self.sp, self.petab).experiments(
+            measurements, used, names, conditions, cond_columns, shifted, len(used) + n_aux)
         nan_fixed = [n for n, v in fixed.items() if math.isnan(v) and not any(
             e.conditions and n in e.conditions for e in experiments)]
         if nan_fixed:
