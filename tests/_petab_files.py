@@ -6,6 +6,17 @@ import textwrap
 
 import libsbml
 
+#: The yaml of a problem whose four tables and model sit beside it under these names.
+PROBLEM_YAML = textwrap.dedent("""\
+    format_version: 1
+    parameter_file: parameters.tsv
+    problems:
+    - condition_files: [conditions.tsv]
+      measurement_files: [measurements.tsv]
+      observable_files: [observables.tsv]
+      sbml_files: [model.xml]
+    """)
+
 
 def _math(formula):
     node = libsbml.parseL3Formula(formula)
@@ -123,13 +134,5 @@ def write_problem(folder, sbml, *, parameters, observables, measurements, condit
     (folder / "measurements.tsv").write_text(_table(
         ("observableId", "simulationConditionId", "measurement", "time", "noiseParameters"),
         measurements))
-    (folder / "problem.yaml").write_text(textwrap.dedent("""\
-        format_version: 1
-        parameter_file: parameters.tsv
-        problems:
-        - condition_files: [conditions.tsv]
-          measurement_files: [measurements.tsv]
-          observable_files: [observables.tsv]
-          sbml_files: [model.xml]
-        """))
+    (folder / "problem.yaml").write_text(PROBLEM_YAML)
     return folder / "problem.yaml"

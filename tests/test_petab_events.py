@@ -87,20 +87,15 @@ def test_events_at_times_simulate_as_the_hand_written_pieces(problem_path, integ
 @pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
 def test_the_gradient_across_the_events_matches_central_differences(problem_path,
                                                                      integrator):
-    from test_petab import _posed
+    from test_petab import _gradients_and_central_differences, _posed
 
     problem = sk_petab.load(problem_path)
     objective, u0 = _posed(problem, integrator=integrator, rtol=1e-11, atol=1e-12)
-    _, grad = objective.value_and_grad(u0, "adjoint")
-    from_jacobian = objective.jacobian(u0).T @ objective.residual(u0)
+    # h = 1e-5 as in test_petab: the adaptive solves' noise at 1e-11 stays below 1e-6
+    grad, from_jacobian, numeric = _gradients_and_central_differences(objective, u0, 1e-5)
     for j in range(u0.size):
-        h = 1e-5  # as in test_petab: the adaptive solves' noise at 1e-11 stays below 1e-6
-        up, down = u0.copy(), u0.copy()
-        up[j] += h
-        down[j] -= h
-        numeric = (objective.cost(up) - objective.cost(down)) / (2 * h)
-        assert from_jacobian[j] == pytest.approx(numeric, rel=1e-5, abs=1e-6), j
-        assert grad[j] == pytest.approx(numeric, rel=1e-5, abs=1e-6), j
+        assert from_jacobian[j] == pytest.approx(numeric[j], rel=1e-5, abs=1e-6), j
+        assert grad[j] == pytest.approx(numeric[j], rel=1e-5, abs=1e-6), j
     # a (the value u takes between T1 and 5) reaches the cost only through the events
     assert abs(grad[1]) > 1.0
 
@@ -175,22 +170,17 @@ def test_state_and_time_triggered_jumps_simulate_as_by_hand(jumps_path, integrat
 
 @pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
 def test_the_gradient_across_jumps_matches_central_differences(jumps_path, integrator):
-    from test_petab import _posed
+    from test_petab import _gradients_and_central_differences, _posed
 
     problem = sk_petab.load(jumps_path)
     objective, u0 = _posed(problem, theta0=problem.theta(problem.nominal * 1.02),
                            integrator=integrator, rtol=1e-11, atol=1e-12)
-    _, grad = objective.value_and_grad(u0, "adjoint")
-    from_jacobian = objective.jacobian(u0).T @ objective.residual(u0)
+    # h = 1e-6: no event time crosses an observation time within it
+    grad, from_jacobian, numeric = _gradients_and_central_differences(objective, u0, 1e-6)
     for j in range(u0.size):
-        h = 1e-6  # no event time crosses an observation time within it
-        up, down = u0.copy(), u0.copy()
-        up[j] += h
-        down[j] -= h
-        numeric = (objective.cost(up) - objective.cost(down)) / (2 * h)
         # the refill times are located to ~1e-11: ~1e-5 of the quotient at h = 1e-6
-        assert from_jacobian[j] == pytest.approx(numeric, rel=1e-4, abs=1e-3), j
-        assert grad[j] == pytest.approx(numeric, rel=1e-4, abs=1e-3), j
+        assert from_jacobian[j] == pytest.approx(numeric[j], rel=1e-4, abs=1e-3), j
+        assert grad[j] == pytest.approx(numeric[j], rel=1e-4, abs=1e-3), j
     # the threshold c and the time T2 reach the cost only through the events
     names = [n for n in problem.model.param_names if n in problem.parameter_names]
     assert abs(grad[names.index("c")]) > 1.0 and abs(grad[names.index("T2")]) > 1.0
