@@ -17,6 +17,8 @@ nothing is fetched) and, for each problem in its own process with a time cap:
 Writes ``benchmarks/results/petab_collection.md`` and ``.json``; CPU seconds single-threaded.
 
     python benchmarks/petab_collection.py ../shared/petab [--timeout 300] [--problems A,B]
+
+(``--problems``: those rerun, the others keep their recorded rows.)
 """
 
 from __future__ import annotations
@@ -281,7 +283,12 @@ def main(argv=None):
     names = args.problems.split(",") if args.problems else sorted(
         p.name for p in collection.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
     rows = run(collection, names, args.timeout)
-    (RESULTS / "petab_collection.json").write_text(json.dumps(rows, indent=1))
+    recorded = RESULTS / "petab_collection.json"
+    if args.problems and recorded.is_file():  # the others keep their last rows
+        fresh = {r["problem"]: r for r in rows}
+        kept = json.loads(recorded.read_text())
+        rows = [fresh.pop(r["problem"], r) for r in kept] + list(fresh.values())
+    recorded.write_text(json.dumps(rows, indent=1))
     (RESULTS / "petab_collection.md").write_text(to_markdown(rows, args.timeout))
     print(to_markdown(rows, args.timeout))
 

@@ -4,12 +4,17 @@ SUNDIALS' source is not ours to commit. The package registry has it: AMICI's sou
 distribution on PyPI bundles SUNDIALS (BSD-3-Clause). At install this script fetches that
 archive (pinned by version and SHA-256), takes the C files CVODES needs (the core, CVODES,
 the serial vector, the dense, band and sparse matrices, the dense and band linear solvers,
-the Newton and fixed-point nonlinear solvers), writes the two configuration headers SUNDIALS'
-CMake would generate, and compiles them, optimised, into one static library:
+the Newton and fixed-point nonlinear solvers, and the KLU sparse linear solver with the parts
+of SuiteSparse it needs: AMD, COLAMD, BTF, KLU, the same archive's copy), writes the two
+configuration headers SUNDIALS' CMake would generate, and compiles them, optimised, into one
+static library:
 
     sklode/_sundials/include/...          SUNDIALS' headers
     sklode/_sundials/lib/libsklode_sundials.a
-    sklode/_sundials/VERSION              "7.1.1 from amici-1.0.1.tar.gz"
+    sklode/_sundials/VERSION              "7.1.1 with KLU from amici-1.0.1.tar.gz"
+    sklode/_sundials/*_LICENSE            SUNDIALS' (BSD-3) and SuiteSparse's licences
+                                          (AMD, COLAMD: BSD-3; BTF, KLU: LGPL-2.1+, built
+                                          here from their source)
 
 and then, against it, the solver every model uses with no compiler at run time (sklode's
 CVODES driver with the interpreter of a model's instructions, sklode/models/_tape_model.c):
@@ -43,7 +48,12 @@ _ROOT = f"{SOURCE}-{VERSION}/amici/_installation/ThirdParty/sundials/"
 # the parts of SUNDIALS the driver uses (directories under src/)
 _PARTS = ("sundials", "cvodes", "nvector/serial", "sunmatrix/dense", "sunmatrix/band",
           "sunmatrix/sparse", "sunlinsol/dense", "sunlinsol/band", "sunnonlinsol/newton",
-          "sunnonlinsol/fixedpoint", "sunmemory/system")
+          "sunnonlinsol/fixedpoint", "sunmemory/system", "sunlinsol/klu")
+_SUITESPARSE_ROOT = f"{SOURCE}-{VERSION}/amici/_installation/ThirdParty/SuiteSparse/"
+# KLU (a sparse LU for circuit-like matrices: what a reaction network's Jacobian is) and the
+# orderings it uses; each folder's Source/*.c and Include/*.h (SuiteSparse_config: its two
+# files)
+_SUITESPARSE_PARTS = ("SuiteSparse_config", "AMD", "COLAMD", "BTF", "KLU")
 LIBRARY = "sklode_sundials"
 
 
@@ -77,15 +87,26 @@ def fetch_archive(cache):
 
 
 def _extract(data, into):
-    """SUNDIALS' include/ and the source folders of :data:`_PARTS`, and its licence."""
+    """SUNDIALS' include/ and the source folders of :data:`_PARTS`, and its licence, into
+    ``into``; SuiteSparse's parts (:data:`_SUITESPARSE_PARTS`) and licences into
+    ``into/SuiteSparse``."""
     wanted = [_ROOT + "include/", _ROOT + "LICENSE", _ROOT + "NOTICE"] + [
         f"{_ROOT}src/{part}/" for part in _PARTS]
+    suitesparse = [f"{_SUITESPARSE_ROOT}{part}/{folder}" for part in _SUITESPARSE_PARTS
+                   for folder in ("Source/", "Include/", "Doc/License.txt",
+                                  "SuiteSparse_config.")]
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
         for member in archive.getmembers():
-            if member.isfile() and any(member.name.startswith(w) for w in wanted):
+            if not member.isfile():
+                continue
+            if any(member.name.startswith(w) for w in wanted):
                 target = Path(into) / member.name[len(_ROOT):]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(archive.extractfile(member).read())
+            elif any(member.name.startswith(w) for w in suitesparse):
+                target = Path(into) / "SuiteSparse" / member.name[len(_SUITESPARSE_ROOT):]
+            else:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.extractfile(member).read())
 
 
 def _config_headers(include):
@@ -144,7 +165,7 @@ def bundle(target, *, cache=None, verbose=True):
         Whether the library is there (built now or before).
     """
     target = Path(target)
-    stamp = f"{'.'.join(map(str, SUNDIALS_VERSION))} from {ARCHIVE}\n"
+    stamp = f"{'.'.join(map(str, SUNDIALS_VERSION))} with KLU from {ARCHIVE}\n"
     if not ((target / "VERSION").is_file() and (target / "VERSION").read_text() == stamp):
         _build_sundials(target, stamp, cache, verbose)
     build_tape_solver(target, verbose=verbose)
@@ -183,7 +204,8 @@ def build_tape_solver(target, *, verbose=True):
     with tempfile.TemporaryDirectory() as tmp:
         objects = compiler.compile([str(sources[0])], output_dir=tmp,
                                    include_dirs=[str(target / "include"), str(models)],
-                                   macros=[("SKLODE_TAPE_SOURCE", f'"{digest}"')],
+                                   macros=[("SKLODE_TAPE_SOURCE", f'"{digest}"'),
+                                           ("SKLODE_HAVE_KLU", "1")],
                                    extra_postargs=flags)
         built = Path(tmp) / library.name
         compiler.link_shared_object(objects, str(built), libraries=[LIBRARY],
@@ -205,16 +227,33 @@ def _build_sundials(target, stamp, cache, verbose):
         _extract(fetch_archive(cache), source)
         _config_headers(source / "include")
         compiler, flags = _compiler()
+        suitesparse = source / "SuiteSparse"
+        # SuiteSparse's headers go beside SUNDIALS' (sunlinsol_klu.h includes klu.h)
+        for part in _SUITESPARSE_PARTS:
+            for header in (suitesparse / part).glob("**/*.h"):
+                shutil.copy(header, source / "include" / header.name)
         sources = sorted(str(p) for part in _PARTS for p in (source / "src" / part).glob("*.c"))
         objects = compiler.compile(
             sources, output_dir=str(Path(tmp) / "obj"),
             include_dirs=[str(source / "include"), str(source / "src" / "sundials")],
             macros=[("_POSIX_C_SOURCE", "200112L")], extra_postargs=flags)
+        # SuiteSparse is written for C11 (stdbool, // comments), not c99
+        ss_sources = sorted(str(p) for part in _SUITESPARSE_PARTS
+                            for p in [*(suitesparse / part).glob("Source/*.c"),
+                                      *(suitesparse / part).glob("*.c")])
+        objects += compiler.compile(
+            ss_sources, output_dir=str(Path(tmp) / "obj_suitesparse"),
+            include_dirs=[str(source / "include")],
+            macros=[("NDEBUG", None)],
+            extra_postargs=[f for f in flags if f != "-std=c99"])
         staged = Path(tmp) / "staged"
         compiler.create_static_lib(objects, LIBRARY, output_dir=str(staged / "lib"))
         shutil.copytree(source / "include", staged / "include")
         for name in ("LICENSE", "NOTICE"):
             shutil.copy(source / name, staged / f"SUNDIALS_{name}")
+        for part in _SUITESPARSE_PARTS[1:]:
+            shutil.copy(suitesparse / part / "Doc" / "License.txt",
+                        staged / f"SUITESPARSE_{part}_LICENSE")
         (staged / "VERSION").write_text(stamp)
         if target.exists():
             shutil.rmtree(target)

@@ -14,7 +14,7 @@ from scipy.linalg import block_diag
 
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
-from .models._band import band_width, jacobian_band
+from .models._band import AUTO_MAX_BAND, jacobian_band, narrow_band, use_sparse_lu
 from ._events import model_events, solve_across_doses, solve_across_events
 from .models._derived import derived
 
@@ -67,22 +67,12 @@ def state_atol(model, theta, rtol, atol):
 #: system without a Jacobian.
 AUTO_MAX_STATES = 160
 
-#: ... and above that where ``df/dx`` is banded with at most this many diagonals in its LU
-#: (:func:`jacobian_band`: ``2 * lower + upper + 1``, pivoting included). The compiled
-#: driver's LU and solves then cost ``n_states`` times the band, not its cube and square:
-#: a 1,000-cell reaction-diffusion grid (tridiagonal, 4) solved in 9.4 ms against
-#: LSODA's 748 (``benchmarks/results/forward.md``).
-AUTO_MAX_BAND = 32
+#: ... and above that where ``df/dx`` is banded (:data:`AUTO_MAX_BAND`, defined with the
+#: band in :mod:`sklode.models._band`) or sparse enough for KLU.
 
 #: Above this many states ``auto`` does not look for a band: finding the pattern of
 #: ``df/dx`` evaluates it densely at four points (``4 n^2`` numbers, 128 MB at this size).
 AUTO_MAX_BANDED_STATES = 2000
-
-
-def narrow_band(lower, upper, n_states):
-    """Whether a ``(lower, upper)`` band is narrow enough for CVODES at any size
-    (:data:`AUTO_MAX_BAND`)."""
-    return band_width(lower, upper, n_states) <= AUTO_MAX_BAND
 
 
 def native_solver_for(model, method):
@@ -91,17 +81,25 @@ def native_solver_for(model, method):
     ``"CVODES"`` where the model compiles (a :class:`CompilationWarning` once per model
     where it does not), ``"auto"`` where it compiles and has at most
     :data:`AUTO_MAX_STATES` states or (up to :data:`AUTO_MAX_BANDED_STATES`) a Jacobian
-    band of at most :data:`AUTO_MAX_BAND`."""
+    band of at most :data:`AUTO_MAX_BAND` or a Jacobian the driver factors with KLU
+    (:func:`~sklode.models._band.use_sparse_lu`)."""
     if method == "CVODES":
         return native_solver_or_warn(model)
-    if method == "auto" and (model.n_states <= AUTO_MAX_STATES
-                             or (model.n_states <= AUTO_MAX_BANDED_STATES
-                                 and narrow_band(*jacobian_band(model), model.n_states))):
-        native = model.native_solver()
-        if native is None:
-            _warn_fallback_once()
-        return native
-    return None
+    if method != "auto" or model.n_states > AUTO_MAX_BANDED_STATES:
+        return None
+    cheap_lu = model.n_states <= AUTO_MAX_STATES
+    if not cheap_lu:
+        lower, upper = jacobian_band(model)
+        cheap_lu = narrow_band(lower, upper, model.n_states)
+        sparse = use_sparse_lu(lower, upper, model.n_states, len(model.jac_x_sparsity()[0]))
+        if not (cheap_lu or sparse):
+            return None
+    native = model.native_solver()
+    if native is None:
+        _warn_fallback_once()
+    elif not (cheap_lu or native.sparse):
+        return None  # a SUNDIALS without KLU: the dense LU of a wide Jacobian loses
+    return native
 
 
 _FALLBACK_WARNED = []  # once per process: every model falls back for the same reason
@@ -127,9 +125,10 @@ def integrator_for(model, integrator):
 
     ``"auto"`` is ``"CVODES"`` where the model reaches CVODES here (the package's solver
     built at install, or a C compiler and SUNDIALS, and an ``rhs`` the recorder can unroll)
-    and has at most :data:`AUTO_MAX_STATES` states or
-    a banded ``df/dx`` (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), and
-    ``"LSODA"`` otherwise (where CVODES cannot be used on this machine at all, with a
+    and has at most :data:`AUTO_MAX_STATES` states, or
+    a banded ``df/dx`` (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), or a sparse
+    one the driver factors with SuiteSparse's KLU (a reaction network of hundreds of
+    states, :func:`~sklode.models._band.use_sparse_lu`), and ``"LSODA"`` otherwise (where CVODES cannot be used on this machine at all, with a
     :class:`~sklode.exceptions.CompilationWarning` once per process naming why): CVODES took
     less CPU than LSODA on every model measured up to that size
     (``benchmarks/results/forward.md``), and the estimates of the two agree to their

@@ -457,6 +457,48 @@ def test_experiments_posing_one_initial_value_problem_share_a_solve(monkeypatch)
 
 
 @needs_native
+def test_a_likelihood_solves_experiments_posing_one_problem_once(monkeypatch):
+    # The same dosing read by two assays whose scale V (a parameter only observe reads)
+    # differs, and a third dosed twice as high: PEtab splits a condition this way when its
+    # rows give the noise or observable parameters different values (Chen_MSB2009: 4
+    # conditions, 39 experiments). states_at_observations (PEtabProblem.neg_log_likelihood,
+    # predict, the trust layer) solves the first two once, on the union of their times.
+    from observation_models import PK_TRUTH, OralPK
+
+    import sklode.outputerror._predict as predict_module
+    from sklode import Experiment
+    from sklode._validation import check_experiments
+
+    t_a, t_b = np.linspace(0.5, 24, 7), np.linspace(1.0, 30, 5)
+    experiments = [Experiment(t, np.ones((t.size, 1)), x0=[0.0, 0.0], t0=0.0,
+                              doses=[(0.0, "gut", amount)], conditions={"V": V})
+                   for t, amount, V in ((t_a, 320.0, 30.0), (t_b, 320.0, 45.0),
+                                        (t_a, 640.0, 30.0))]
+    model = OralPK()
+    data = check_experiments(experiments, None, model=model, estimate_x0=False,
+                             estimator_name="test")
+    calls = []
+    solve = predict_module.simulate
+
+    def counted(*args, **kwargs):
+        calls.append(np.asarray(args[3]).size)
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(predict_module, "simulate", counted)
+    options = {"integrator": "CVODES", "rtol": 1e-10, "atol": 1e-12}
+    x0s = np.zeros((3, 2))
+    states, thetas = predict_module.states_at_observations(model, np.array(PK_TRUTH), data,
+                                                           x0s, options)
+    assert sorted(calls) == [7, 12]  # the two assays' union (12 times), the higher dose
+    assert thetas[0][list(model.param_names).index("V")] == 30.0
+    for e, X, th in zip(data.experiments, states, thetas):
+        alone = solve(model, th, np.zeros(2), e.t, t0=0.0, doses=e.doses, **options)
+        # the same solution at other output times: equal to the integration error at
+        # rtol 1e-10 (CVODES interpolates between its own steps)
+        np.testing.assert_allclose(X, alone, rtol=1e-7, atol=1e-9)
+
+
+@needs_native
 def test_many_columns_switch_to_the_collocation_passes():
     # Lorenz-96 with 40 states and x0 estimated: 40 x 41 above the gradient's work limit, so
     # the gradient is the adjoint on a LSODA trajectory; the objective is the CVODES one
@@ -625,7 +667,7 @@ def test_the_interpreted_model_solves_as_the_compiled_c_to_the_bit(model):
 
 @needs_native
 def test_banded_lu_gives_the_dense_lu_bit_for_bit():
-    from sklode.integrate import band_width, jacobian_band
+    from sklode.models._band import band_width, jacobian_band
 
     model = SpringChain(30)
     banded = model.native_solver()
@@ -691,3 +733,107 @@ def test_auto_takes_cvodes_for_a_wide_banded_model_only():
     # oscillation (measured below 1e-7).
     scale = np.abs(with_lsoda).max()
     np.testing.assert_allclose(with_cvodes, with_lsoda, atol=1e-6 * scale)
+
+
+class Hub(ODEModel):
+    """A receptor (state 0) that every ligand binds and releases, each ligand also made and
+    degraded: ``df/dx`` is an arrow (a full first row and column and the diagonal), which no
+    order of the states makes a narrow band, and has ``3 n - 2`` nonzeros: sparse. Stiff
+    (binding at ``k_on`` = 1e3 against turnover at 1)."""
+
+    param_names = ("k_on", "k_off", "make", "lose")
+    default_theta = (1e3, 5.0, 1.0, 1.0)
+
+    def __init__(self, n_states=80):
+        self.state_names = ("receptor",) + tuple(f"ligand{i}" for i in range(1, n_states))
+
+    def rhs(self, t, x, theta):
+        k_on, k_off, make, lose = theta
+        receptor, ligands = x[..., :1], x[..., 1:]
+        weights = torch.linspace(0.5, 1.5, ligands.shape[-1], dtype=x.dtype)
+        bound = k_on * weights * receptor * ligands - k_off * (1.0 - ligands)
+        d_ligands = -bound + make * weights - lose * ligands
+        d_receptor = -bound.mean(dim=-1, keepdim=True) + make - lose * receptor
+        return torch.cat([d_receptor, d_ligands], dim=-1)
+
+
+def test_compressed_columns_put_every_entry_where_scipy_does():
+    from scipy.sparse import coo_matrix
+
+    from sklode.models._band import compressed_columns
+
+    rng = np.random.default_rng(3)
+    n = 40
+    rows = rng.integers(0, n, 150)
+    cols = rng.integers(0, n, 150)
+    keep = np.unique(rows * n + cols, return_index=True)[1]  # a pattern lists each once
+    rows, cols = rows[keep], cols[keep]
+    values = rng.normal(size=rows.size)
+    start, row, slot = compressed_columns(rows, cols, n)
+    # the pattern with the diagonal always stored, as scipy's CSC orders it
+    expected = coo_matrix((np.ones(rows.size + n), (np.r_[rows, np.arange(n)],
+                                                    np.r_[cols, np.arange(n)])),
+                          shape=(n, n)).tocsc()
+    expected.sum_duplicates()
+    expected.sort_indices()
+    np.testing.assert_array_equal(start, expected.indptr)
+    np.testing.assert_array_equal(row, expected.indices)
+    data = np.zeros(row.size)
+    data[slot] = values
+    rebuilt = np.zeros((n, n))
+    for j in range(n):
+        rebuilt[row[start[j]:start[j + 1]], j] = data[start[j]:start[j + 1]]
+    dense = np.zeros((n, n))
+    dense[rows, cols] = values
+    np.testing.assert_array_equal(rebuilt, dense)
+
+
+@needs_native
+def test_klu_solves_a_sparse_network_as_the_dense_lu_does():
+    from sklode.models._native import BUNDLED, NativeSolver
+    from sklode.models._program import Program
+    from sklode.models._tape import encode, tape_library
+
+    model = Hub(80)
+    sparse = model.native_solver()
+    if sparse.route == "c" and not sparse.sparse:
+        pytest.skip("a system SUNDIALS without KLU")
+    assert sparse.sparse and sparse.band[0] > 20  # an arrow: no narrow band in any order
+    if tape_library(BUNDLED / "lib")[0] is None:
+        pytest.skip(tape_library(BUNDLED / "lib")[1])
+    recorder, x, theta, out = model._pointwise().field.compiled.recording
+    tape = encode(Program(recorder, x, theta, out), model.n_states, model.n_params, klu=False)
+    assert not tape.sparse
+    dense = NativeSolver(*tape_library(BUNDLED / "lib")[0][:3], model.n_states,
+                         model.n_params, sparse.param_in_field, tape.band, tape=tape)
+    theta = np.array(model.default_theta)
+    x0 = np.random.default_rng(0).uniform(0.0, 1.0, model.n_states)
+    times = np.linspace(0.01, 5.0, 25)
+    kwargs = dict(rtol=1e-10, atol=1e-12, sens_params=np.arange(model.n_params))
+    a, b = sparse(0.0, x0, theta, times, **kwargs), dense(0.0, x0, theta, times, **kwargs)
+    assert a[2]["failure"] is None and a[2]["n_steps"] > 100  # stiff: many Newton solves
+    # Two LUs of the same matrices: the Newton iterates differ by rounding only (the same
+    # 884 steps); measured 1.2e-13 of the largest state, 8.9e-13 of the largest
+    # sensitivity. 1e-10 (the tolerance) would still catch a wrong entry or pivot.
+    np.testing.assert_allclose(a[0], b[0], rtol=0, atol=1e-10 * np.abs(b[0]).max())
+    np.testing.assert_allclose(a[1], b[1], rtol=0, atol=1e-10 * np.abs(b[1]).max())
+    on_lsoda = simulate(model, theta, x0, times, t0=0.0, integrator="LSODA", rtol=1e-10,
+                        atol=1e-12)
+    # and the solution itself: LSODA at the same tolerance, 8.4e-10 of the largest state
+    # apart (measured); 1e-7 is LSODA's global error at rtol 1e-10 with room
+    np.testing.assert_allclose(a[0], on_lsoda, rtol=0, atol=1e-7 * np.abs(on_lsoda).max())
+
+
+@needs_native
+def test_auto_takes_cvodes_with_klu_for_a_large_sparse_network():
+    from sklode.integrate import AUTO_MAX_STATES, integrator_for
+
+    model = Hub(AUTO_MAX_STATES + 40)  # above the dense LU's cap, no narrow band
+    native = model.native_solver()
+    if native.route == "c" and not native.sparse:
+        pytest.skip("a system SUNDIALS without KLU")
+    assert native.sparse
+    assert integrator_for(model, "auto") == "CVODES"
+    # while a mean field, dense in any order, stays on LSODA (KLU would only add its
+    # bookkeeping to a dense factorisation)
+    assert integrator_for(MeanField(AUTO_MAX_STATES + 1), "auto") == "LSODA"

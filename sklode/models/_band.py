@@ -1,7 +1,8 @@
-"""The band of ``df/dx``: which diagonals its structural entries occupy, in the order of the
-states that narrows it most. The compiled CVODES driver factors a banded Jacobian in that order
-(:mod:`._native`), and ``integrator="auto"`` chooses CVODES where it is narrow
-(:mod:`sklode.integrate`)."""
+"""The structure of ``df/dx`` for the compiled CVODES driver's linear solver (:mod:`._native`):
+which diagonals its structural entries occupy, in the order of the states that narrows it
+most (the driver factors a banded Jacobian in that order, and ``integrator="auto"`` chooses
+CVODES where it is narrow, :mod:`sklode.integrate`), or, where no order makes it narrow, its
+entries as compressed columns for SuiteSparse's sparse LU, KLU (:func:`use_sparse_lu`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,26 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-__all__ = ["band_order", "band_width", "jacobian_band"]
+__all__ = ["band_order", "band_width", "compressed_columns", "jacobian_band", "narrow_band",
+           "use_sparse_lu", "AUTO_MAX_BAND", "SPARSE_LU_MIN_STATES", "SPARSE_LU_MAX_DENSITY"]
+
+#: ``integrator="auto"`` takes CVODES above ``integrate.AUTO_MAX_STATES`` states where
+#: ``df/dx`` is banded with at most this many diagonals in its LU (:func:`band_width`:
+#: ``2 * lower + upper + 1``, pivoting included). The compiled driver's LU and solves then
+#: cost ``n_states`` times the band, not its cube and square: a 1,000-cell
+#: reaction-diffusion grid (tridiagonal, 4) solved in 9.4 ms against LSODA's 748
+#: (``benchmarks/results/forward.md``).
+AUTO_MAX_BAND = 32
+
+#: KLU from this many states, where no order of the states gives a band of at most
+#: :data:`AUTO_MAX_BAND`: below it the dense LU of the driver wins
+#: (benchmarks/results/sparse_lu.md measures the crossover on the PEtab collection).
+SPARSE_LU_MIN_STATES = 64
+
+#: ... and where at most this fraction of ``df/dx`` is structurally nonzero: a mean field
+#: (every state reads all) is dense in any order, and KLU's factorisation of it only adds
+#: its bookkeeping to the dense LU's work.
+SPARSE_LU_MAX_DENSITY = 0.1
 
 
 def band_order(rows, cols, n_states):
@@ -70,3 +90,49 @@ def band_width(lower, upper, n_states):
     """Entries per column the driver's banded LU touches: ``2 lower + upper + 1`` (partial
     pivoting widens U by ``lower``), at most ``n_states``."""
     return min(2 * lower + upper + 1, n_states)
+
+
+def use_sparse_lu(lower, upper, n_states, nnz):
+    """Whether the driver factors ``I - gamma df/dx`` with KLU rather than its dense or banded
+    LU: from :data:`SPARSE_LU_MIN_STATES` states where the band (in its best order, pivoting
+    included) is wider than :data:`AUTO_MAX_BAND` and at most :data:`SPARSE_LU_MAX_DENSITY`
+    of ``df/dx``'s entries (``nnz`` of them) are structurally nonzero."""
+    return (n_states >= SPARSE_LU_MIN_STATES and not narrow_band(lower, upper, n_states)
+            and nnz <= SPARSE_LU_MAX_DENSITY * n_states ** 2)
+
+
+def narrow_band(lower, upper, n_states):
+    """Whether a ``(lower, upper)`` band is narrow enough for CVODES' banded LU at any size
+    (:data:`AUTO_MAX_BAND`)."""
+    return band_width(lower, upper, n_states) <= AUTO_MAX_BAND
+
+
+def compressed_columns(rows, cols, n_states):
+    """``df/dx``'s structural entries and its diagonal as compressed sparse columns (the
+    layout of SUNDIALS' ``CSC_MAT``), and where each entry lands.
+
+    Parameters
+    ----------
+    rows, cols : sequence of int
+        The structural entries of ``df/dx``, in the order the generated code writes them.
+    n_states : int
+
+    Returns
+    -------
+    start : ndarray of int (n_states + 1,)
+        Column ``j``'s entries are ``start[j]`` to ``start[j + 1] - 1``.
+    row : ndarray of int (nnz,)
+        Each stored entry's row, increasing within a column.
+    slot : ndarray of int (len(rows),)
+        Where the generated entry ``k`` is stored.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    diagonal = np.arange(n_states)
+    # each (row, col) once, sorted by column then row; the diagonal always stored, since
+    # CVODES forms I - gamma J in place only where all of it is
+    keys = np.unique(np.concatenate([cols * n_states + rows, diagonal * n_states + diagonal]))
+    row = keys % n_states
+    start = np.searchsorted(keys // n_states, np.arange(n_states + 1))
+    slot = np.searchsorted(keys, cols * n_states + rows)
+    return start, row, slot

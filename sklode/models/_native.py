@@ -141,6 +141,15 @@ def _sundials_flags():
     return flags + [f"-l{name}" for name in _LIBRARIES + ["sundials_core"] * core]
 
 
+def _klu_linked():
+    """Whether the SUNDIALS a model's C is linked with has KLU: the package's own build
+    (build_tools/bundle_cvodes.py) does; a system's is not relied on."""
+    prefix = _sundials_prefix()
+    version = None if prefix is None else Path(prefix) / "VERSION"
+    return (prefix is not None and Path(prefix).resolve() == BUNDLED.resolve()
+            and version.is_file() and "KLU" in version.read_text())
+
+
 _UNAVAILABLE = {}  # reason by key, so that a missing compiler is looked for once
 
 
@@ -258,6 +267,10 @@ class NativeSolver:
     band : (int, int)
         Diagonals of ``df/dx`` below and above the main one that its LU works on
         (``n_states - 1`` each when dense).
+    sparse : bool
+        Whether the Newton iterations factor with SuiteSparse's KLU on the nonzero entries
+        of ``df/dx`` (:func:`~sklode.models._band.use_sparse_lu`) rather than the dense or
+        banded LU.
     library : str
         Path of the shared library.
     route : {"tape", "c"}
@@ -265,12 +278,13 @@ class NativeSolver:
     """
 
     def __init__(self, solve, evaluate, library, n_states, n_params, param_in_field,
-                 band=None, tape=None):
+                 band=None, tape=None, sparse=False):
         self._solve, self._evaluate = solve, evaluate
         self.library = library
         self.n_states, self.n_params = n_states, n_params
         self.param_in_field = param_in_field
         self.band = (n_states - 1, n_states - 1) if band is None else band
+        self.sparse = bool(sparse)
         self.route = "c" if tape is None else "tape"
         self._tape = tape  # the encoded model, kept alive while its pointer is used
         self._model = () if tape is None else (tape.pointer,)
@@ -381,11 +395,11 @@ def native_solver(model, field, route=None):
             tape = encode(program, n, p)
             solve, evaluate, library = tape_library(BUNDLED / "lib")[0]
             solver = NativeSolver(solve, evaluate, library, n, p, program.params_in_field(p),
-                                  tape.band, tape=tape)
+                                  tape.band, tape=tape, sparse=tape.sparse)
         else:
-            source = program.source(n, p) + _DRIVER.read_text()
+            source = program.source(n, p, klu=_klu_linked()) + _DRIVER.read_text()
             solver = NativeSolver(*_build(source), n, p, program.params_in_field(p),
-                                  program.band)
+                                  program.band, sparse=program.sparse)
     except CannotWrite as exc:
         return None, f"the program of rhs cannot be unrolled for CVODES: {exc}"
     except (RuntimeError, OSError) as exc:

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from ._band import band_order
+from ._band import band_order, compressed_columns, use_sparse_lu
 from ._compile import _BINARY, _IDENTITY
 
 __all__ = ["CannotWrite", "Expr", "Program"]
@@ -219,6 +219,8 @@ class Program:
         self.output = self.value[id(out)].reshape(-1)
         self.output_tangent = {seed: self.tan(seed, out).reshape(-1) for seed in self.tangent}
         self.band = None
+        self.sparse = False
+        self.columns = None
 
     # ------------------------------------------------------------------ operands
     def ref(self, v):
@@ -500,25 +502,41 @@ class Program:
                 values.append(expression)
         return rows, cols, values
 
-    def lu_order(self, n_states):
-        """The band of ``df/dx`` and the order of the states in the LU (None: natural)."""
+    def lu_order(self, n_states, klu=True):
+        """How the driver factors ``I - gamma df/dx``: sets :attr:`band` and :attr:`sparse`
+        (KLU on :attr:`columns`, the compressed columns of
+        :func:`~sklode.models._band.compressed_columns`, where :func:`use_sparse_lu` and
+        ``klu`` say so) and returns the order of the states in the dense or banded LU
+        (None: natural, and always with KLU, which orders them itself)."""
         rows, cols, _ = self.sparsity("x")
         position, below, above = band_order(rows, cols, n_states)
         self.band = (below, above)
-        return position
+        self.sparse = bool(klu) and use_sparse_lu(below, above, n_states, len(rows))
+        self.columns = compressed_columns(rows, cols, n_states) if self.sparse else None
+        return None if self.sparse else position
 
     # ------------------------------------------------------------------ the C source
-    def source(self, n_states, n_params):
-        """The model part of the C solver (the driver follows it)."""
-        lines = ["#include <math.h>", "#include <stddef.h>", "#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
-                 f"#define NX {n_states}", f"#define NP {n_params}"]
+    def source(self, n_states, n_params, klu=False):
+        """The model part of the C solver (the driver follows it); ``klu``: the SUNDIALS it
+        is linked with has KLU."""
+        lines = ["#include <math.h>", "#include <stddef.h>"]
+        if klu:  # before NP: SUNDIALS' sparse matrix has a field of that name
+            lines += ["#define SKLODE_HAVE_KLU 1", "#include <sunmatrix/sunmatrix_sparse.h>",
+                      "#include <sunlinsol/sunlinsol_klu.h>"]
+        lines += ["#define SIGN(a) (((a) > 0.0) - ((a) < 0.0))",
+                  f"#define NX {n_states}", f"#define NP {n_params}"]
         body = "\n".join(f"    const double {label} = {e};" for label, e in self.value_lines)
         lines.append("static void model_f(double t, const double *x, const double *p, "
                      "const double *sw, double *dx) {\n    (void)t; (void)x; (void)p; "
                      "(void)sw;\n" + body + "\n" +
                      "\n".join(f"    dx[{i}] = {o};" for i, o in enumerate(self.output)) +
                      "\n}")
-        position = self.lu_order(n_states)
+        position = self.lu_order(n_states, klu)
+        lines.append(f"#define SPARSE {int(self.sparse)}")
+        start, row, slot = self.columns if self.sparse else ([0], [0], [0])
+        lines.append(f"#define CSC_NNZ {len(row)}")
+        for name, entries in (("START", start), ("ROW", row), ("SLOT", slot)):
+            lines.append(f"static const int CSC_{name}[] = {{{', '.join(map(str, entries))}}};")
         lines.append(f"#define BAND_LOWER {self.band[0]}")
         lines.append(f"#define BAND_UPPER {self.band[1]}")
         lines.append(f"#define HAS_PERM {int(position is not None)}")

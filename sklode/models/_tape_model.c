@@ -11,6 +11,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef SKLODE_HAVE_KLU  /* before the size macros below: its matrix has a field named NP */
+#include <sunmatrix/sunmatrix_sparse.h>
+#include <sunlinsol/sunlinsol_klu.h>
+#endif
 
 /* The instruction set, in the order of sklode.models._program.OPERATIONS (the loader
  * compares the two through sklode_tape_operations). */
@@ -29,8 +33,10 @@ static const char OPERATIONS[] =
  * then x, theta, the constants, then every value and derivative the program assigns. */
 typedef struct {
     int nx, np, nroots, nnz_x, nnz_p, band_lower, band_upper, n_registers;
+    int sparse, csc_nnz;  /* KLU on df/dx's compressed columns (csc_*), or the dense LU */
     const int *pos;  /* the states' order in the LU, or NULL: natural */
     const int *jx_row, *jx_col, *jp_row, *jp_col;
+    const int *csc_start, *csc_row, *csc_slot;
     const double *switch_above, *switch_below;
     const double *registers;  /* the register file's start: the constants in place */
     int n_value, n_root_value, n_jx, n_jp, n_root;
@@ -146,6 +152,11 @@ static void model_switches(double t, const double *x, const double *p, double *v
 #define BAND_UPPER (M_->band_upper)
 #define HAS_PERM (M_->pos != NULL)
 #define POS (M_->pos)
+#define SPARSE (M_->sparse)
+#define CSC_NNZ (M_->csc_nnz)
+#define CSC_START (M_->csc_start)
+#define CSC_ROW (M_->csc_row)
+#define CSC_SLOT (M_->csc_slot)
 #define NROOTS (M_->nroots)
 #define SWITCH_ABOVE (M_->switch_above)
 #define SWITCH_BELOW (M_->switch_below)
