@@ -75,8 +75,6 @@ def _evaluate(problem, sparse):
 
 def one(yaml):
     """The row of one problem (run in a process of its own)."""
-    import numpy as np
-
     import sklode.petab as sp
 
     start = time.process_time()
@@ -166,6 +164,11 @@ def _table(rows, amici):
             f"{r['n_experiments']} | {r['dense']['cpu_s']:.3f} | {r['klu']['cpu_s']:.3f} | "
             f"{r['klu_over_dense']:.2f} | {r['dense']['steps']}, {r['klu']['steps']} | "
             f"{r['relative_difference']:.1e} | {'KLU' if r['auto_sparse'] else 'dense/band'} |")
+    same = [r["klu_over_dense"] for r in rows if "stops" not in r and not r["klu"]["sparse"]]
+    if same:  # where the band is narrow both columns ran the same LU: the run's noise
+        lines += ["", f"Where both columns ran the same LU (a narrow band at that size, "
+                  f"{len(same)} problems) their ratio is the measurement's noise: "
+                  f"{min(same):.2f}-{max(same):.2f}."]
     if amici:
         lines += ["", "AMICI 1.0.1 (KLU, its own build) on Chen_MSB2009 at the same "
                   "tolerances, same machine: " + ", ".join(

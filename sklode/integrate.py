@@ -14,7 +14,8 @@ from scipy.linalg import block_diag
 
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
-from .models._band import AUTO_MAX_BAND, jacobian_band, narrow_band, use_sparse_lu
+# (AUTO_MAX_BAND is documented as integrate.AUTO_MAX_BAND beside AUTO_MAX_STATES)
+from .models._band import AUTO_MAX_BAND, jacobian_band, narrow_band, use_sparse_lu  # noqa: F401
 from ._events import model_events, solve_across_doses, solve_across_events
 from .models._derived import derived
 

@@ -629,7 +629,9 @@ def _collection_problem(name):
     return next(folder.glob("*.yaml"))
 
 
-PROBLEMS = sorted(AMICI["neg_log_likelihood"]) + sorted(AMICI["amici_refused"])
+# Chen_MSB2009 (500 states, KLU): ~25 CPU s to load and encode, so in the slow stage
+PROBLEMS = [pytest.param(name, marks=pytest.mark.slow) if name == "Chen_MSB2009" else name
+            for name in sorted(AMICI["neg_log_likelihood"]) + sorted(AMICI["amici_refused"])]
 
 
 @pytest.mark.parametrize("name", PROBLEMS)

@@ -22,14 +22,16 @@ __all__ = ["band_order", "band_width", "compressed_columns", "jacobian_band", "n
 AUTO_MAX_BAND = 32
 
 #: KLU from this many states, where no order of the states gives a band of at most
-#: :data:`AUTO_MAX_BAND`: below it the dense LU of the driver wins
-#: (benchmarks/results/sparse_lu.md measures the crossover on the PEtab collection).
+#: :data:`AUTO_MAX_BAND` (benchmarks/results/sparse_lu.md, the PEtab collection, KLU's CPU
+#: per -log L over the dense LU's: 0.07 at 500 states, 0.31 at 124, 0.62 at 109, 0.64 at
+#: 75; at 33-36 states 0.84-1.16, within the run's noise: nothing to gain below).
 SPARSE_LU_MIN_STATES = 64
 
 #: ... and where at most this fraction of ``df/dx`` is structurally nonzero: a mean field
 #: (every state reads all) is dense in any order, and KLU's factorisation of it only adds
-#: its bookkeeping to the dense LU's work.
-SPARSE_LU_MAX_DENSITY = 0.1
+#: its bookkeeping to the dense LU's work. SalazarCavazos_MBoC2020 (75 states, 27 % nonzero)
+#: still gains (0.64).
+SPARSE_LU_MAX_DENSITY = 0.3
 
 
 def band_order(rows, cols, n_states):
