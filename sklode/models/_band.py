@@ -23,14 +23,14 @@ AUTO_MAX_BAND = 32
 
 #: KLU from this many states, where no order of the states gives a band of at most
 #: :data:`AUTO_MAX_BAND` (benchmarks/results/sparse_lu.md, the PEtab collection, KLU's CPU
-#: per -log L over the dense LU's: 0.07 at 500 states, 0.31 at 124, 0.62 at 109, 0.64 at
-#: 75; at 33-36 states 0.84-1.16, within the run's noise: nothing to gain below).
+#: per -log L over the dense LU's: 0.07 at 500 states, 0.33 at 124, 0.59 at 109, 0.77 at
+#: 75; at 33-36 states 0.55-1.57, mixed, where the run's noise is 0.86-1.04).
 SPARSE_LU_MIN_STATES = 64
 
 #: ... and where at most this fraction of ``df/dx`` is structurally nonzero: a mean field
 #: (every state reads all) is dense in any order, and KLU's factorisation of it only adds
 #: its bookkeeping to the dense LU's work. SalazarCavazos_MBoC2020 (75 states, 27 % nonzero)
-#: still gains (0.64).
+#: still gains (0.77).
 SPARSE_LU_MAX_DENSITY = 0.3
 
 
