@@ -83,7 +83,8 @@ def _restricted(traj, index, grid, obs_index):
                       native=lambda with_x0, params=None, start=None: native(
                           with_x0, params, start)[index],
                       scipy=scipy_subset, native_reads=traj.native_reads,
-                      native_banded=traj.native_banded, chained=traj.chained)
+                      native_banded=traj.native_banded, chained=traj.chained,
+                      native_sparse=traj.native_sparse)
 
 
 

@@ -715,7 +715,8 @@ class LeastSquaresObjective(_Objective):
         u : ndarray of shape (n_unknowns,)
             Optimiser variables.
         method : {"adjoint", "forward"}, default="adjoint"
-            Continuous adjoint (one backward pass) or forward sensitivities.
+            Continuous adjoint (one backward pass) or forward sensitivities; forward in
+            either case for a network whose CVODES solves use KLU.
 
         Returns
         -------
@@ -725,7 +726,9 @@ class LeastSquaresObjective(_Objective):
             ``dL/du``.
         """
         traj, data, r, x0, theta = self._evaluate(u)
-        if method == "forward":
+        # a KLU network: J^T r from CVODES' sensitivities, not the adjoint on LSODA's
+        # trajectory (20x less CPU on Smith_BMCSystBiol2013, outputerror/_sensitivity.py)
+        if method == "forward" or traj.native_sparse:
             return 0.5 * float(r @ r), self.jacobian(u).T @ r
         self.n_derivative += 1
         if self.observation is None:

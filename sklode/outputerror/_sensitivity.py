@@ -69,6 +69,12 @@ NATIVE_MAX_WORK_GRADIENT = 1000
 # (benchmarks/scale.py, 101 times): d = 200, 202 columns, 1.9 CPU s per Gauss-Newton
 # iteration against 8.8 on LSODA's collocation pass; d = 400, 10.0 against 40.7.
 # The gradient keeps its limit: the adjoint's one backward solve wins there.
+# A network whose Newton solves use KLU (native_sparse) keeps both passes on CVODES' forward
+# sensitivities whatever the columns: the collocation passes run on LSODA's trajectory, and
+# LSODA on a stiff network of that size is slow. Smith_BMCSystBiol2013 (109 states, 25
+# parameters, 35 experiments): its gradient took 218 CPU s by the adjoint on LSODA's
+# trajectory, 10.4 s as J^T r from CVODES' sensitivities (ExperimentsObjective's
+# value_and_grad); Chen_MSB2009 (500 states): > 900 s against ~200.
 # Above this many states the adjoint pass uses VJPs instead of materialised Jacobians
 # (Lorenz-96 gradient: 0.33 -> 0.12 s at n = 320; at n = 60 materialising was 2x faster).
 _MATRIX_FREE_MIN_STATES = 128
@@ -108,6 +114,11 @@ class Trajectory:
     native_banded : bool
         For a CVODES solve: whether its ``df/dx`` is banded (its Jacobians stay on CVODES
         however many their columns).
+    native_sparse : bool
+        For a CVODES solve: whether its Newton solves use KLU (a network no order makes
+        banded): then both its Jacobians and its gradients use CVODES' forward
+        sensitivities however many their columns (measured in the comment on KLU networks
+        at the top of this module).
     chained : bool
         A solve across a model's events: ``native`` chains its segments' sensitivities
         through the jumps (:func:`_trajectory_across_events`), and both derivative passes
@@ -115,7 +126,8 @@ class Trajectory:
     """
 
     def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
-                 scipy=None, native_reads=None, native_banded=False, chained=False):
+                 scipy=None, native_reads=None, native_banded=False, chained=False,
+                 native_sparse=False):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
@@ -126,6 +138,7 @@ class Trajectory:
         self.scipy = scipy
         self.native_reads = native_reads
         self.native_banded = native_banded
+        self.native_sparse = native_sparse
         self.chained = chained
 
 
@@ -326,7 +339,7 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
     banded = narrow_band(*native.band, native.n_states)
     if prefetch is not None and (_native_work(None, prefetch[0], prefetch[1], n=x0.size,
                                               reads=native.param_in_field)
-                                 <= NATIVE_MAX_WORK_JACOBIAN or banded):
+                                 <= NATIVE_MAX_WORK_JACOBIAN or banded or native.sparse):
         columns, key = request(*prefetch)
         try:
             states, cache[key], n_evaluations = with_sensitivities(prefetch[0], columns,
@@ -355,7 +368,8 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
     grid = np.union1d([t0], t_obs)
     return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, n_evaluations,
                       native=sensitivities_at, scipy=scipy,
-                      native_reads=native.param_in_field, native_banded=banded)
+                      native_reads=native.param_in_field, native_banded=banded,
+                      native_sparse=native.sparse)
 
 
 def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
@@ -518,7 +532,7 @@ def sensitivities(model, theta, traj, with_x0=True, params=None, start=None,
     """
     if traj.native is not None:
         if (_native_work(traj, with_x0, params) <= NATIVE_MAX_WORK_JACOBIAN
-                or traj.native_banded or traj.chained):
+                or traj.native_banded or traj.native_sparse or traj.chained):
             S = _native_sensitivities(traj, with_x0, params, start)  # CVODES' own
             if S is not None:
                 return S
