@@ -157,7 +157,7 @@ def _table(rows, amici):
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "stops" in r:
-            lines.append(f"| {r['problem']} | – | – | – | – | – | – | – | – | {r['stops'][:80]} |")
+            lines.append(f"| {r['problem']} |" + " – |" * 8 + f" {r['stops'][:80]} |")
             continue
         lines.append(
             f"| {r['problem']} | {r['n_states']} | {r['nnz']} ({100 * r['density']:.1f} %) | "

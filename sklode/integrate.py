@@ -14,8 +14,12 @@ from scipy.linalg import block_diag
 
 from .exceptions import CompilationWarning, IntegrationError, warn
 from .models import check_model
-# (AUTO_MAX_BAND is documented as integrate.AUTO_MAX_BAND beside AUTO_MAX_STATES)
-from .models._band import AUTO_MAX_BAND, jacobian_band, narrow_band, use_sparse_lu  # noqa: F401
+from .models._band import (  # AUTO_MAX_BAND: documented as integrate's, with AUTO_MAX_STATES
+    AUTO_MAX_BAND,  # noqa: F401
+    jacobian_band,
+    narrow_band,
+    use_sparse_lu,
+)
 from ._events import model_events, solve_across_doses, solve_across_events
 from .models._derived import derived
 
@@ -68,8 +72,8 @@ def state_atol(model, theta, rtol, atol):
 #: system without a Jacobian.
 AUTO_MAX_STATES = 160
 
-#: ... and above that where ``df/dx`` is banded (:data:`AUTO_MAX_BAND`, defined with the
-#: band in :mod:`sklode.models._band`) or sparse enough for KLU.
+# ... and above that where df/dx is banded (AUTO_MAX_BAND, defined with the band in
+# models/_band.py) or sparse enough for KLU (models._band.use_sparse_lu).
 
 #: Above this many states ``auto`` does not look for a band: finding the pattern of
 #: ``df/dx`` evaluates it densely at four points (``4 n^2`` numbers, 128 MB at this size).
@@ -126,10 +130,11 @@ def integrator_for(model, integrator):
 
     ``"auto"`` is ``"CVODES"`` where the model reaches CVODES here (the package's solver
     built at install, or a C compiler and SUNDIALS, and an ``rhs`` the recorder can unroll)
-    and has at most :data:`AUTO_MAX_STATES` states, or
-    a banded ``df/dx`` (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), or a sparse
-    one the driver factors with SuiteSparse's KLU (a reaction network of hundreds of
-    states, :func:`~sklode.models._band.use_sparse_lu`), and ``"LSODA"`` otherwise (where CVODES cannot be used on this machine at all, with a
+    and has at most :data:`AUTO_MAX_STATES` states, or a banded ``df/dx``
+    (:data:`AUTO_MAX_BAND`, e.g. a discretised diffusion), or a sparse one the driver
+    factors with SuiteSparse's KLU (a reaction network of hundreds of states,
+    :func:`~sklode.models._band.use_sparse_lu`), and ``"LSODA"`` otherwise (where CVODES
+    cannot be used on this machine at all, with a
     :class:`~sklode.exceptions.CompilationWarning` once per process naming why): CVODES took
     less CPU than LSODA on every model measured up to that size
     (``benchmarks/results/forward.md``), and the estimates of the two agree to their

@@ -10,7 +10,8 @@
  * CVODES (SUNDIALS) integrates with BDF and a Newton solver on the generated Jacobian (a
  * dense or banded LU here, or SuiteSparse's KLU on its nonzero entries where the model asks
  * for it: SPARSE), and the forward sensitivities s_j' = J_x s_j + df/dtheta_j with the
- * staggered corrector, their errors controlled like the state's: the same method AMICI uses by default.
+ * staggered corrector, their errors controlled like the state's: the same method AMICI uses
+ * by default.
  */
 #include <float.h>
 #include <math.h>
