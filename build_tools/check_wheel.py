@@ -17,30 +17,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _Hub():
-    """A receptor every ligand binds (tests/test_native.py's Hub, 80 states): its Jacobian
-    is an arrow, so the driver factors it with KLU."""
-    import torch
-
-    from sklode import ODEModel
-
-    class Hub(ODEModel):
-        param_names = ("k_on", "k_off", "make", "lose")
-        default_theta = (1e3, 5.0, 1.0, 1.0)
-        state_names = ("receptor",) + tuple(f"ligand{i}" for i in range(1, 80))
-
-        def rhs(self, t, x, theta):
-            k_on, k_off, make, lose = theta
-            receptor, ligands = x[..., :1], x[..., 1:]
-            weights = torch.linspace(0.5, 1.5, ligands.shape[-1], dtype=x.dtype)
-            bound = k_on * weights * receptor * ligands - k_off * (1.0 - ligands)
-            d_ligands = -bound + make * weights - lose * ligands
-            d_receptor = -bound.mean(dim=-1, keepdim=True) + make - lose * receptor
-            return torch.cat([d_receptor, d_ligands], dim=-1)
-
-    return Hub()
-
-
 def main():
     cache = Path(tempfile.mkdtemp())
     os.environ["SKLODE_CACHE_DIR"] = str(cache)  # before sklode reads it
@@ -61,7 +37,11 @@ def main():
     # noise 0.05 on Lotka-Volterra's trajectory: within 0.25 of the truth (measured 0.105)
     assert np.abs(est.theta_ - [2, 1, 4, 1]).max() < 0.25, est.theta_
     # a network no order makes banded: factored by the KLU built into the package
-    network = _Hub()
+    # (the repository's tests/network_models.py: the source tree is beside the wheel here)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from network_models import Hub
+
+    network = Hub(80)
     sparse = network.native_solver()
     assert sparse is not None and sparse.sparse, network.native_unavailable_reason()
     x0 = np.linspace(0.1, 0.9, network.n_states)

@@ -55,8 +55,8 @@ STATE_NOISE_KINDS = ("absolute", "relative_rms", "proportional", "lognormal")
 def require_state_data(model, data, noise_kind, estimator_name, proportional=True):
     """Refuse, naming AdjointODE, what only a forward-solver likelihood can fit: events,
     observables other than the states, a modelled noise, per-experiment parameter values,
-    per-observable or Laplace/log10 error kinds (BCD-prox's fidelity and WENDy's weak form are written in
-    the states, with one noise level per state).
+    per-observable or Laplace/log10 error kinds (BCD-prox's fidelity and WENDy's weak form
+    are written in the states, with one noise level per state).
 
     Parameters
     ----------

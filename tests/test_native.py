@@ -18,6 +18,8 @@ from sklode.models._native import (native_solver, native_unavailable_reason,
                                    route_unavailable_reason)
 from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
 
+from network_models import Hub  # tests/: shared with build_tools/check_wheel.py
+
 needs_compiler = pytest.mark.skipif(route_unavailable_reason("c") is not None,
                                     reason="no C compiler and SUNDIALS for per-model C")
 needs_native = pytest.mark.skipif(native_unavailable_reason() is not None,
@@ -737,28 +739,6 @@ def test_auto_takes_cvodes_for_a_wide_banded_model_only():
     # oscillation (measured below 1e-7).
     scale = np.abs(with_lsoda).max()
     np.testing.assert_allclose(with_cvodes, with_lsoda, atol=1e-6 * scale)
-
-
-class Hub(ODEModel):
-    """A receptor (state 0) that every ligand binds and releases, each ligand also made and
-    degraded: ``df/dx`` is an arrow (a full first row and column and the diagonal), which no
-    order of the states makes a narrow band, and has ``3 n - 2`` nonzeros: sparse. Stiff
-    (binding at ``k_on`` = 1e3 against turnover at 1)."""
-
-    param_names = ("k_on", "k_off", "make", "lose")
-    default_theta = (1e3, 5.0, 1.0, 1.0)
-
-    def __init__(self, n_states=80):
-        self.state_names = ("receptor",) + tuple(f"ligand{i}" for i in range(1, n_states))
-
-    def rhs(self, t, x, theta):
-        k_on, k_off, make, lose = theta
-        receptor, ligands = x[..., :1], x[..., 1:]
-        weights = torch.linspace(0.5, 1.5, ligands.shape[-1], dtype=x.dtype)
-        bound = k_on * weights * receptor * ligands - k_off * (1.0 - ligands)
-        d_ligands = -bound + make * weights - lose * ligands
-        d_receptor = -bound.mean(dim=-1, keepdim=True) + make - lose * receptor
-        return torch.cat([d_receptor, d_ligands], dim=-1)
 
 
 def test_compressed_columns_put_every_entry_where_scipy_does():
