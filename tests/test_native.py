@@ -631,8 +631,7 @@ def _dense_twin(model):
     tape = encode(Program(recorder, x, theta, out), n, model.n_params)
     assert tape.band != (n - 1, n - 1)
     tape.struct.band_lower = tape.struct.band_upper = n - 1  # the twin is dense
-    solve, evaluate, library = tape_library(BUNDLED / "lib")[0]
-    return NativeSolver(solve, evaluate, library, n, model.n_params,
+    return NativeSolver(*tape_library(BUNDLED / "lib")[0], n, model.n_params,
                         model.native_solver().param_in_field, (n - 1, n - 1), tape=tape)
 
 
@@ -788,7 +787,7 @@ def test_klu_solves_a_sparse_network_as_the_dense_lu_does():
     recorder, x, theta, out = model._pointwise().field.compiled.recording
     tape = encode(Program(recorder, x, theta, out), model.n_states, model.n_params, klu=False)
     assert not tape.sparse
-    dense = NativeSolver(*tape_library(BUNDLED / "lib")[0][:3], model.n_states,
+    dense = NativeSolver(*tape_library(BUNDLED / "lib")[0], model.n_states,
                          model.n_params, sparse.param_in_field, tape.band, tape=tape)
     theta = np.array(model.default_theta)
     x0 = np.random.default_rng(0).uniform(0.0, 1.0, model.n_states)

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ._program import CannotWrite, Program
-from ._tape import encode, tape_library
+from ._tape import bind_entries, encode, tape_library
 
 __all__ = ["NativeSolver", "native_solver", "native_unavailable_reason", "ROUTES"]
 
@@ -241,18 +241,7 @@ def _build(source):
             if run.returncode != 0:
                 raise RuntimeError(f"the C compiler failed: {run.stderr.strip()[:2000]}")
             os.replace(built, library)  # atomic: concurrent builders of one model agree
-    lib = ctypes.CDLL(str(library))
-    solve = lib.sklode_solve
-    double_p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
-    int_p = np.ctypeslib.ndpointer(dtype=np.intc, flags="C_CONTIGUOUS")
-    solve.argtypes = [ctypes.c_double, double_p, double_p, ctypes.c_int, double_p,
-                      ctypes.c_double, double_p, ctypes.c_long, ctypes.c_double,
-                      ctypes.c_int, int_p, double_p, double_p, double_p, double_p]
-    solve.restype = ctypes.c_int
-    evaluate = lib.sklode_evaluate
-    evaluate.argtypes = [ctypes.c_double] + [double_p] * 5
-    evaluate.restype = None
-    return solve, evaluate, str(library)
+    return bind_entries(ctypes.CDLL(str(library)), "sklode_") + (str(library),)
 
 
 class NativeSolver:
@@ -271,20 +260,24 @@ class NativeSolver:
         Whether the Newton iterations factor with SuiteSparse's KLU on the nonzero entries
         of ``df/dx`` (:func:`~sklode.models._band.use_sparse_lu`) rather than the dense or
         banded LU.
+    n_roots : int
+        Switching functions of the field (comparisons of values that change along the
+        solution); :meth:`adjoint` needs none.
     library : str
         Path of the shared library.
     route : {"tape", "c"}
         How the model reaches the driver (see the module's docstring).
     """
 
-    def __init__(self, solve, evaluate, library, n_states, n_params, param_in_field,
-                 band=None, tape=None, sparse=False):
-        self._solve, self._evaluate = solve, evaluate
+    def __init__(self, solve, evaluate, adjoint, library, n_states, n_params, param_in_field,
+                 band=None, tape=None, sparse=False, n_roots=0):
+        self._solve, self._evaluate, self._adjoint = solve, evaluate, adjoint
         self.library = library
         self.n_states, self.n_params = n_states, n_params
         self.param_in_field = param_in_field
         self.band = (n_states - 1, n_states - 1) if band is None else band
         self.sparse = bool(sparse)
+        self.n_roots = int(n_roots)
         self.route = "c" if tape is None else "tape"
         self._tape = tape  # the encoded model, kept alive while its pointer is used
         self._model = () if tape is None else (tape.pointer,)
@@ -361,6 +354,56 @@ class NativeSolver:
                   "x_nonfinite": info[4:].copy() if failure == "nonfinite" else None}
         return states, (np.swapaxes(sens[:, :q], 1, 2) if q else None), result
 
+    def adjoint(self, t0, x0, theta, times, jumps, *, rtol, atol, max_steps=500_000,
+                blowup=np.inf):
+        """The states at ``times`` and the gradient of a sum of terms in them by CVODES'
+        adjoint: one forward solve with checkpoints, one backward solve of
+        ``lambda' = -(df/dx)^T lambda`` with ``lambda`` jumping by ``jumps[k]`` at
+        ``times[k]``, and its quadrature ``-(df/dtheta)^T lambda``.
+
+        Parameters
+        ----------
+        t0, x0, theta, times, rtol, atol, max_steps, blowup
+            As in :meth:`__call__`; ``times[-1] > t0``.
+        jumps : ndarray (n_times, n_states)
+            ``dL/dx`` at each time, at the states there.
+
+        Returns
+        -------
+        states : ndarray (n_times, n_states)
+            Equal to the bit to :meth:`__call__`'s (the same steps).
+        grad_x0 : ndarray (n_states,)
+        grad_theta : ndarray (n_params,)
+        info : dict
+            As :meth:`__call__`'s (the forward solve's counts).
+
+        Raises
+        ------
+        ValueError
+            For a field with switches (``n_roots > 0``), or ``times`` not past ``t0``.
+        """
+        n, p = self.n_states, self.n_params
+        times = np.ascontiguousarray(times, dtype=np.float64)
+        if self.n_roots or times.size == 0 or times[-1] <= t0:
+            raise ValueError("the CVODES adjoint needs a field without switches and a last "
+                             "time after t0")
+        states = np.empty((times.size, n))
+        grad_x0, grad_theta = np.empty(n), np.empty(max(p, 1))
+        info = np.zeros(4 + n)
+        flag = self._adjoint(*self._model, float(t0),
+                             np.ascontiguousarray(x0, dtype=np.float64),
+                             np.ascontiguousarray(theta, dtype=np.float64), times.size, times,
+                             float(rtol), np.ascontiguousarray(np.broadcast_to(
+                                 np.asarray(atol, dtype=np.float64), (n,))),
+                             int(max_steps), float(blowup),
+                             np.ascontiguousarray(jumps, dtype=np.float64), states, grad_x0,
+                             grad_theta, info)
+        failure = (None, "blowup", "nonfinite", "cvodes")[int(info[3])] if flag else None
+        result = {"t_reached": float(info[0]), "n_rhs": int(info[1]), "n_steps": int(info[2]),
+                  "flag": int(flag), "failure": failure,
+                  "x_nonfinite": info[4:].copy() if failure == "nonfinite" else None}
+        return states, grad_x0, grad_theta[:p], result
+
 
 def native_solver(model, field, route=None):
     """The model's CVODES solver (:class:`NativeSolver`), or ``(None, reason)``.
@@ -393,13 +436,14 @@ def native_solver(model, field, route=None):
         program = Program(recorder, x, theta, out)
         if chosen == "tape":
             tape = encode(program, n, p)
-            solve, evaluate, library = tape_library(BUNDLED / "lib")[0]
-            solver = NativeSolver(solve, evaluate, library, n, p, program.params_in_field(p),
-                                  tape.band, tape=tape, sparse=tape.sparse)
+            solver = NativeSolver(*tape_library(BUNDLED / "lib")[0], n, p,
+                                  program.params_in_field(p), tape.band, tape=tape,
+                                  sparse=tape.sparse, n_roots=len(program.roots))
         else:
             source = program.source(n, p, klu=_klu_linked()) + _DRIVER.read_text()
             solver = NativeSolver(*_build(source), n, p, program.params_in_field(p),
-                                  program.band, sparse=program.sparse)
+                                  program.band, sparse=program.sparse,
+                                  n_roots=len(program.roots))
     except CannotWrite as exc:
         return None, f"the program of rhs cannot be unrolled for CVODES: {exc}"
     except (RuntimeError, OSError) as exc:

@@ -229,15 +229,29 @@ def _load(path):
             or source().decode() != shipped):
         return None, ("the package's CVODES solver was built from other sources than this "
                       "sklode's (an install that did not rebuild it): reinstall sklode")
+    return bind_entries(lib, "sklode_tape_", [ctypes.POINTER(_TapeStruct)]) + (str(path),), None
+
+
+def bind_entries(lib, prefix, leading=()):
+    """The driver's entry points in ``lib`` (``prefix`` + solve, adjoint, evaluate), typed:
+    ``leading`` arguments (the interpreter's model) before those of _cvodes_driver.c.
+
+    Returns
+    -------
+    (solve, evaluate, adjoint) : ctypes functions
+    """
     double_p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
     int_p = np.ctypeslib.ndpointer(dtype=np.intc, flags="C_CONTIGUOUS")
-    tape_p = ctypes.POINTER(_TapeStruct)
-    solve = lib.sklode_tape_solve
-    solve.argtypes = [tape_p, ctypes.c_double, double_p, double_p, ctypes.c_int, double_p,
-                      ctypes.c_double, double_p, ctypes.c_long, ctypes.c_double,
-                      ctypes.c_int, int_p, double_p, double_p, double_p, double_p]
+    leading = list(leading)
+    start = [ctypes.c_double, double_p, double_p, ctypes.c_int, double_p, ctypes.c_double,
+             double_p, ctypes.c_long, ctypes.c_double]  # t0, x0, theta, times, tolerances
+    solve = getattr(lib, prefix + "solve")
+    solve.argtypes = leading + start + [ctypes.c_int, int_p] + [double_p] * 4
     solve.restype = ctypes.c_int
-    evaluate = lib.sklode_tape_evaluate
-    evaluate.argtypes = [tape_p, ctypes.c_double] + [double_p] * 5
+    adjoint = getattr(lib, prefix + "adjoint")
+    adjoint.argtypes = leading + start + [double_p] * 5
+    adjoint.restype = ctypes.c_int
+    evaluate = getattr(lib, prefix + "evaluate")
+    evaluate.argtypes = leading + [ctypes.c_double] + [double_p] * 5
     evaluate.restype = None
-    return (solve, evaluate, str(path)), None
+    return solve, evaluate, adjoint

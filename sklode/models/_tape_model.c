@@ -163,9 +163,11 @@ static void model_switches(double t, const double *x, const double *p, double *v
 #define SKLODE_ENTRY static
 #define sklode_solve driver_solve
 #define sklode_evaluate driver_evaluate
+#define sklode_adjoint driver_adjoint
 #include "_cvodes_driver.c"
 #undef sklode_solve
 #undef sklode_evaluate
+#undef sklode_adjoint
 
 SKLODE_EXPORT const char *sklode_tape_operations(void) { return OPERATIONS; }
 
@@ -208,6 +210,23 @@ SKLODE_EXPORT int sklode_tape_solve(const sk_tape *tape, double t0, const double
     if (!registers) return CV_MEM_FAIL;
     flag = driver_solve(t0, x0, p, n_times, times, rtol, atol, max_steps, blowup, n_sens,
                         sens_param, s0, out, sens_out, info);
+    leave(registers, saved_model, saved_registers);
+    return flag;
+}
+
+/* sklode_adjoint of _cvodes_driver.c, for the model `tape`. */
+SKLODE_EXPORT int sklode_tape_adjoint(const sk_tape *tape, double t0, const double *x0,
+                                      const double *p, int n_times, const double *times,
+                                      double rtol, const double *atol, long max_steps,
+                                      double blowup, const double *jumps, double *out,
+                                      double *grad_x0, double *grad_p, double *info) {
+    const sk_tape *saved_model;
+    double *saved_registers;
+    double *registers = enter(tape, &saved_model, &saved_registers);
+    int flag;
+    if (!registers) return CV_MEM_FAIL;
+    flag = driver_adjoint(t0, x0, p, n_times, times, rtol, atol, max_steps, blowup, jumps,
+                          out, grad_x0, grad_p, info);
     leave(registers, saved_model, saved_registers);
     return flag;
 }

@@ -79,12 +79,19 @@ def _restricted(traj, index, grid, obs_index):
         return Trajectory(whole.grid, whole.obs_index[index], whole.states[index], whole.dense,
                           whole.x0, whole.n_evaluations)
 
+    native_adjoint = None
+    if traj.native_adjoint is not None:
+        def native_adjoint(jumps):  # the subset's data among the whole's times
+            whole = np.zeros((traj.states.shape[0], jumps.shape[1]))
+            whole[index] = jumps
+            return traj.native_adjoint(whole)
+
     return Trajectory(grid, obs_index, traj.states[index], None, traj.x0, traj.n_evaluations,
                       native=lambda with_x0, params=None, start=None: native(
                           with_x0, params, start)[index],
                       scipy=scipy_subset, native_reads=traj.native_reads,
                       native_banded=traj.native_banded, chained=traj.chained,
-                      native_sparse=traj.native_sparse)
+                      native_sparse=traj.native_sparse, native_adjoint=native_adjoint)
 
 
 

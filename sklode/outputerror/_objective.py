@@ -728,7 +728,7 @@ class LeastSquaresObjective(_Objective):
         traj, data, r, x0, theta = self._evaluate(u)
         # a KLU network: J^T r from CVODES' sensitivities, not the adjoint on LSODA's
         # trajectory (20x less CPU on Smith_BMCSystBiol2013, outputerror/_sensitivity.py)
-        if method == "forward" or traj.native_sparse:
+        if method == "forward" or (traj.native_sparse and traj.native_adjoint is None):
             return 0.5 * float(r @ r), self.jacobian(u).T @ r
         self.n_derivative += 1
         if self.observation is None:

@@ -123,11 +123,16 @@ class Trajectory:
         A solve across a model's events: ``native`` chains its segments' sensitivities
         through the jumps (:func:`_trajectory_across_events`), and both derivative passes
         use it whatever the columns (there is no single dense solution to run them on).
+    native_adjoint : callable or None
+        For a CVODES solve of a field without switches and without doses:
+        ``native_adjoint(jumps) -> (grad_x0, grad_theta)``, the gradient by CVODES' own
+        adjoint (:meth:`~sklode.models._native.NativeSolver.adjoint`), which
+        :func:`adjoint_gradient` takes where the forward columns are many.
     """
 
     def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
                  scipy=None, native_reads=None, native_banded=False, chained=False,
-                 native_sparse=False):
+                 native_sparse=False, native_adjoint=None):
         self.grid = grid
         self.obs_index = obs_index
         self.states = states
@@ -140,6 +145,7 @@ class Trajectory:
         self.native_banded = native_banded
         self.native_sparse = native_sparse
         self.chained = chained
+        self.native_adjoint = native_adjoint
 
 
 class _PiecewiseDense:
@@ -365,11 +371,20 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
                                               doses=doses))
         return rebuilt[0]
 
+    after = t_obs > t0
+    native_adjoint = None
+    if not doses and not native.n_roots and np.any(after):
+        def native_adjoint(jumps):
+            _, g_x0, g_theta, info = native.adjoint(t0, x0, theta, t_obs[after],
+                                                    jumps[after], **options)
+            raise_native_failure(model, theta, (t0, t_obs[-1]), info, options["blowup"])
+            return g_x0 + jumps[~after].sum(axis=0), g_theta  # data at t0: lambda's jump
+
     grid = np.union1d([t0], t_obs)
     return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, n_evaluations,
                       native=sensitivities_at, scipy=scipy,
                       native_reads=native.param_in_field, native_banded=banded,
-                      native_sparse=native.sparse)
+                      native_sparse=native.sparse, native_adjoint=native_adjoint)
 
 
 def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
@@ -654,7 +669,10 @@ def adjoint_gradient(model, theta, traj, jumps):
         ``integral of f_theta^T p dt`` by the collocation quadrature.
     """
     if traj.native is not None:
-        if _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT or traj.chained:
+        few = _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT
+        if traj.native_adjoint is not None and (not few or traj.native_sparse):
+            return traj.native_adjoint(jumps)  # many columns: CVODES' own adjoint
+        if few or traj.chained or traj.native_sparse:
             S = _native_sensitivities(traj, True)  # few columns: CVODES' own
             if S is not None:
                 g = np.einsum("ia,iaq->q", jumps, S)
