@@ -5,16 +5,24 @@ observations on [0, 2]: the CPU of one gradient of the least-squares cost (value
 
 * ``integrator="CVODES"``, its switch lifted: the compiled model, CVODES' forward
   sensitivities (d + 1 columns) whatever their number;
+* ``integrator="CVODES"``, its adjoint forced: CVODES' own adjoint (one forward solve with
+  checkpoints, one backward solve with its quadratures) whatever the number of unknowns;
 * ``integrator="CVODES"`` as shipped: CVODES' sensitivities while states x columns stays
-  under ``sklode.outputerror._sensitivity.NATIVE_MAX_WORK_GRADIENT``, the collocation adjoint on a
-  LSODA trajectory above (the rule this benchmark sets);
+  under ``sklode.outputerror._sensitivity.NATIVE_MAX_WORK_GRADIENT``, CVODES' adjoint above
+  (the rule this benchmark sets);
 * ``integrator="LSODA"``, ``gradient="adjoint"``: one solve with dense output and the
   Gauss-collocation continuous adjoint (one backward pass whatever the number of unknowns);
 * ``integrator="LSODA"``, forward: the collocation forward sensitivities.
 
+With ``--petab FOLDER`` (a local copy of the PEtab benchmark collection) it also measures,
+on its problems whose solves CVODES' adjoint can run (no doses, no events, switches at
+constant times), one gradient of each problem's fit objective at its nominal point by the
+forward sensitivities and by the adjoint, each problem in its own process (stiff networks:
+where the two cross there).
+
 Writes ``benchmarks/results/crossover.md`` and ``.json``; one process, one thread, best of 3.
 
-    python benchmarks/crossover.py
+    python benchmarks/crossover.py [--petab ../shared/petab]
 """
 
 from __future__ import annotations
@@ -55,8 +63,8 @@ def one(d):
     out = {"unknowns": d + 1}
     import sklode.outputerror._sensitivity as sensitivity
 
-    variants = [("cvodes_forward", "CVODES", "forward"), ("cvodes_shipped", "CVODES", "adjoint"),
-                ("lsoda_adjoint", "LSODA", "adjoint")]
+    variants = [("cvodes_forward", "CVODES", "forward"), ("cvodes_adjoint", "CVODES", "adjoint"),
+                ("cvodes_shipped", "CVODES", "adjoint"), ("lsoda_adjoint", "LSODA", "adjoint")]
     if d <= 40:  # the collocation forward pass above 48 states iterates per step: minutes
         variants.append(("lsoda_forward", "LSODA", "forward"))
     for label, integrator, method in variants:
@@ -66,6 +74,8 @@ def one(d):
         shipped = sensitivity.NATIVE_MAX_WORK_JACOBIAN, sensitivity.NATIVE_MAX_WORK_GRADIENT
         if label == "cvodes_forward":
             sensitivity.NATIVE_MAX_WORK_JACOBIAN = sensitivity.NATIVE_MAX_WORK_GRADIENT = 10**9
+        elif label == "cvodes_adjoint":
+            sensitivity.NATIVE_MAX_WORK_GRADIENT = -1
         objective.value_and_grad(u, method)  # warm: compilation, the C build
 
         def gradient(shift=[0.0]):  # a new point each call: no cached solve
@@ -77,34 +87,130 @@ def one(d):
     g = np.array(out["lsoda_adjoint_grad"])
     out["max_relative_difference"] = float(max(
         np.max(np.abs(np.array(out[k]) - g)) / np.max(np.abs(g))
-        for k in ("cvodes_forward_grad", "cvodes_shipped_grad", "lsoda_forward_grad")
+        for k in ("cvodes_forward_grad", "cvodes_adjoint_grad", "cvodes_shipped_grad",
+                  "lsoda_forward_grad")
         if k in out))
     return out
 
 
+PETAB_FORWARD_MAX_WORK = 40_000  # states x columns beyond which the forward run is skipped
+
+
+def petab_one(folder):
+    """One problem's gradient both ways (run in its own process)."""
+    import sklode.outputerror._sensitivity as sensitivity
+    from sklode import petab as sk_petab
+    from sklode._validation import check_experiments
+    from sklode.outputerror._pose import objective_for_experiments
+
+    problem = sk_petab.load(next(Path(folder).glob("*.yaml")))
+    model = problem.model
+    data = check_experiments(problem.experiments, None, model=model, estimate_x0=False,
+                             min_samples=1, warn_initial_time=False)
+    fitted = np.array([n in problem.parameter_names for n in model.param_names])
+    row = {"states": model.n_states, "estimated": int(fitted.sum())}
+    native = model.native_solver()
+    if native is None or native.switch_times is None:
+        return dict(row, skipped="no compiled solve, or switches that move with the solution")
+    row["klu"] = bool(native.sparse)
+    work = model.n_states * int(np.sum(native.param_in_field & fitted))
+    grads = {}
+    for label, limit in (("adjoint", -1), ("forward", None)):
+        if label == "forward" and work > PETAB_FORWARD_MAX_WORK:
+            row["forward"] = None
+            continue
+        objective, u0 = objective_for_experiments(
+            model, data, theta0=problem.theta(None), fitted=fitted,
+            noise_kind=problem.noise_kind, integrator="auto", rtol=1e-8, atol=1e-10)
+        method = "forward" if label == "forward" else "adjoint"
+        shipped = sensitivity.NATIVE_MAX_WORK_GRADIENT
+        if limit is not None:
+            sensitivity.NATIVE_MAX_WORK_GRADIENT = limit
+        objective.value_and_grad(u0, method)  # its solves' set-up
+        moved = u0 + 1e-4 * np.maximum(np.abs(u0), 1e-3)
+        start = time.process_time()
+        grads[label] = objective.value_and_grad(moved, method)[1]
+        row[label] = time.process_time() - start
+        sensitivity.NATIVE_MAX_WORK_GRADIENT = shipped
+    if "forward" in grads:
+        row["agree"] = float(np.max(np.abs(grads["adjoint"] - grads["forward"]))
+                             / max(np.max(np.abs(grads["forward"])), 1e-300))
+    row["work"] = work
+    return row
+
+
+def petab_rows(folder, timeout=600):
+    import subprocess
+    import sys
+
+    rows = {}
+    for problem in sorted(p for p in Path(folder).iterdir() if p.is_dir()):
+        run = subprocess.run([sys.executable, __file__, "--one", str(problem)],
+                             capture_output=True, text=True, timeout=timeout)
+        try:
+            rows[problem.name] = json.loads(run.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            rows[problem.name] = {"skipped": (run.stderr.strip().splitlines() or ["?"])[-1][:160]}
+        print(problem.name, rows[problem.name], flush=True)
+    return rows
+
+
 def main():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--petab")
+    parser.add_argument("--one")
+    args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.one:
+        print(json.dumps(petab_one(args.one)))
+        return
     results = {d: one(d) for d in SIZES}
     lines = ["# Gradients for many unknowns: forward sensitivities or the adjoint", "",
              "Written by `benchmarks/crossover.py`. Lorenz-96, d states, every x0 and F "
              "estimated, 41 times on [0, 2], rtol 1e-10 (so that the gradients of the two "
              "integrators agree well enough to compare): CPU seconds of one gradient (value "
              "included), best of 3, one thread. 'CVODES as shipped': CVODES' sensitivities "
-             "below states x columns of `NATIVE_MAX_WORK_GRADIENT`, the adjoint on a LSODA "
-             "solution above (one extra solve).", "",
-             "| d | unknowns | CVODES forward sensitivities | CVODES as shipped | LSODA + "
-             "collocation adjoint | LSODA + collocation forward | gradients agree to |",
-             "|---|---|---|---|---|---|---|"]
-    lines[4:4] = ["'gradients agree to': the largest difference from the adjoint's gradient, "
-                  "relative to its largest entry.", ""]
+             "below states x columns of `NATIVE_MAX_WORK_GRADIENT`, CVODES' adjoint above.",
+             "",
+             "| d | unknowns | CVODES forward sensitivities | CVODES adjoint | CVODES as shipped "
+             "| LSODA + collocation adjoint | LSODA + collocation forward | gradients agree to |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines[4:4] = ["'gradients agree to': the largest difference from the LSODA adjoint's "
+                  "gradient, relative to its largest entry.", ""]
     for d, r in results.items():
         forward = f"{r['lsoda_forward']:.4f}" if "lsoda_forward" in r else "not run"
         lines.append(f"| {d} | {r['unknowns']} | {r['cvodes_forward']:.4f} | "
-                     f"{r['cvodes_shipped']:.4f} | {r['lsoda_adjoint']:.4f} | {forward} | "
+                     f"{r['cvodes_adjoint']:.4f} | {r['cvodes_shipped']:.4f} | "
+                     f"{r['lsoda_adjoint']:.4f} | {forward} | "
                      f"{r['max_relative_difference']:.1e} |")
     for r in results.values():
         for k in [k for k in r if k.endswith("_grad")]:
             del r[k]
+    if args.petab:
+        petab = petab_rows(args.petab)
+        results["petab"] = petab
+        lines += ["", "## Stiff networks: the PEtab collection", "",
+                  "Each problem's fit objective at its nominal point (`integrator=\"auto\"`, "
+                  "rtol 1e-8, atol 1e-10), one gradient (value included) after one that builds "
+                  "the solves, CPU seconds, each problem in its own process. Work: states x "
+                  "estimated parameters the field reads (the forward columns' cost); the "
+                  f"forward run is skipped above {PETAB_FORWARD_MAX_WORK:,}. Problems with "
+                  "doses, events or switches that move with the solution have no CVODES "
+                  "adjoint and are left out.", "",
+                  "| problem | states | estimated | work | KLU | forward | adjoint | "
+                  "forward / adjoint | gradients agree to |", "|---|---|---|---|---|---|---|---|---|"]
+        for name, r in petab.items():
+            if "skipped" in r or r.get("adjoint") is None:
+                continue
+            forward, adjoint = r.get("forward"), r["adjoint"]
+            forward_text = "not run" if forward is None else f"{forward:.3f}"
+            ratio = "" if forward is None else f"{forward / adjoint:.2f}"
+            agree = format(r["agree"], ".1e") if "agree" in r else ""
+            lines.append(f"| {name} | {r['states']} | {r['estimated']} | {r['work']:,} | "
+                         f"{'yes' if r.get('klu') else 'no'} | {forward_text} | "
+                         f"{adjoint:.3f} | {ratio} | {agree} |")
     (HERE / "results" / "crossover.md").write_text("\n".join(lines) + "\n")
     (HERE / "results" / "crossover.json").write_text(json.dumps(results, indent=1) + "\n")
     print("\n".join(lines))

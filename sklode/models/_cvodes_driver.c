@@ -786,9 +786,11 @@ static long checkpoint_steps(void) {
 
 /* Solve forward from (t0, x0) to the increasing times (each >= t0, the last > t0), writing
  * the states to out[n_times][NX] as sklode_solve does, then the adjoint back to t0 with
- * jumps[n_times][NX]: grad_x0[NX] = dL/dx0 and grad_p[NP] = dL/dtheta. No switches (NROOTS
- * = 0: a restart at a root would end CVODES' record of the forward solution). Returns 0 or
- * the CVODES flag that stopped it (info as sklode_solve's, for both passes). */
+ * jumps[n_times][NX]: grad_x0[NX] = dL/dx0 and grad_p[NP] = dL/dtheta. The switches keep
+ * the values they take just after t0 (no root is searched: a restart at one would end
+ * CVODES' record of the forward solution; the caller solves in segments between the times
+ * the switches change). Returns 0 or the CVODES flag that stopped it (info as
+ * sklode_solve's, for the forward pass). */
 SKLODE_ENTRY int sklode_adjoint(double t0, const double *x0, const double *p, int n_times,
                    const double *times, double rtol, const double *atol, long max_steps,
                    double blowup, const double *jumps, double *out, double *grad_x0,
@@ -805,7 +807,7 @@ SKLODE_ENTRY int sklode_adjoint(double t0, const double *x0, const double *p, in
     memset(&s, 0, sizeof(s));
     u.p = p; u.blowup = blowup; u.t_last = t0;
     u.x_nonfinite = info + INFO_SIZE;
-    if (NROOTS > 0 || n_times < 1 || times[n_times - 1] <= t0) { flag = CV_ILL_INPUT; goto done; }
+    if (n_times < 1 || times[n_times - 1] <= t0) { flag = CV_ILL_INPUT; goto done; }
     if (alloc_work(&u)) { flag = CV_MEM_FAIL; goto done; }
     perm_work = u.perm_work;
     if ((flag = open_solver(&s, &u, t0, x0, rtol, atol, max_steps))) goto done;

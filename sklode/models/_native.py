@@ -262,7 +262,10 @@ class NativeSolver:
         banded LU.
     n_roots : int
         Switching functions of the field (comparisons of values that change along the
-        solution); :meth:`adjoint` needs none.
+        solution).
+    switch_times : ndarray or None
+        Where every switch compares time with a constant: those times (a field without
+        switches: empty); else None.
     library : str
         Path of the shared library.
     route : {"tape", "c"}
@@ -270,7 +273,7 @@ class NativeSolver:
     """
 
     def __init__(self, solve, evaluate, adjoint, library, n_states, n_params, param_in_field,
-                 band=None, tape=None, sparse=False, n_roots=0):
+                 band=None, tape=None, sparse=False, n_roots=0, switch_times=None):
         self._solve, self._evaluate, self._adjoint = solve, evaluate, adjoint
         self.library = library
         self.n_states, self.n_params = n_states, n_params
@@ -278,6 +281,7 @@ class NativeSolver:
         self.band = (n_states - 1, n_states - 1) if band is None else band
         self.sparse = bool(sparse)
         self.n_roots = int(n_roots)
+        self.switch_times = switch_times
         self.route = "c" if tape is None else "tape"
         self._tape = tape  # the encoded model, kept alive while its pointer is used
         self._model = () if tape is None else (tape.pointer,)
@@ -361,6 +365,11 @@ class NativeSolver:
         ``lambda' = -(df/dx)^T lambda`` with ``lambda`` jumping by ``jumps[k]`` at
         ``times[k]``, and its quadrature ``-(df/dtheta)^T lambda``.
 
+        The field's switches keep the values they take just after ``t0`` (no root is
+        searched): a caller whose switches change inside ``(t0, times[-1])`` solves in
+        segments between them (:attr:`switch_times`), the gradient in each segment's start
+        carried as the next earlier segment's last jump.
+
         Parameters
         ----------
         t0, x0, theta, times, rtol, atol, max_steps, blowup
@@ -371,7 +380,7 @@ class NativeSolver:
         Returns
         -------
         states : ndarray (n_times, n_states)
-            Equal to the bit to :meth:`__call__`'s (the same steps).
+            Without switches, equal to the bit to :meth:`__call__`'s (the same steps).
         grad_x0 : ndarray (n_states,)
         grad_theta : ndarray (n_params,)
         info : dict
@@ -380,13 +389,12 @@ class NativeSolver:
         Raises
         ------
         ValueError
-            For a field with switches (``n_roots > 0``), or ``times`` not past ``t0``.
+            For ``times`` not past ``t0``.
         """
         n, p = self.n_states, self.n_params
         times = np.ascontiguousarray(times, dtype=np.float64)
-        if self.n_roots or times.size == 0 or times[-1] <= t0:
-            raise ValueError("the CVODES adjoint needs a field without switches and a last "
-                             "time after t0")
+        if times.size == 0 or times[-1] <= t0:
+            raise ValueError("the CVODES adjoint needs a last time after t0")
         states = np.empty((times.size, n))
         grad_x0, grad_theta = np.empty(n), np.empty(max(p, 1))
         info = np.zeros(4 + n)
@@ -438,12 +446,14 @@ def native_solver(model, field, route=None):
             tape = encode(program, n, p)
             solver = NativeSolver(*tape_library(BUNDLED / "lib")[0], n, p,
                                   program.params_in_field(p), tape.band, tape=tape,
-                                  sparse=tape.sparse, n_roots=len(program.roots))
+                                  sparse=tape.sparse, n_roots=len(program.roots),
+                                  switch_times=program.switch_times())
         else:
             source = program.source(n, p, klu=_klu_linked()) + _DRIVER.read_text()
             solver = NativeSolver(*_build(source), n, p, program.params_in_field(p),
                                   program.band, sparse=program.sparse,
-                                  n_roots=len(program.roots))
+                                  n_roots=len(program.roots),
+                                  switch_times=program.switch_times())
     except CannotWrite as exc:
         return None, f"the program of rhs cannot be unrolled for CVODES: {exc}"
     except (RuntimeError, OSError) as exc:

@@ -580,6 +580,21 @@ class Program:
         """How many value lines the switching functions need."""
         return max((line + 1 for line, *_ in self.roots), default=0)
 
+    def switch_times(self):
+        """The times at which the switches change, where each is a comparison of time with
+        a constant (``t - c`` or ``c - t``: PEtab's and SBML's time triggers), or None where
+        one depends on the states or parameters (its time is then found along the solve)."""
+        times = []
+        for _, g, _, _ in self.roots:
+            left, right = g.args if g.op == "sub" else (None, None)
+            if left is not None and left.op == "t" and right.op == "const":
+                times.append(float(right.args[0]))
+            elif left is not None and left.op == "const" and right.op == "t":
+                times.append(float(left.args[0]))
+            else:
+                return None
+        return np.array(times)
+
     def params_in_field(self, n_params):
         """Whether the field depends on each parameter."""
         in_field = np.zeros(n_params, dtype=bool)

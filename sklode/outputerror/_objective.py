@@ -716,7 +716,7 @@ class LeastSquaresObjective(_Objective):
             Optimiser variables.
         method : {"adjoint", "forward"}, default="adjoint"
             Continuous adjoint (one backward pass) or forward sensitivities; forward in
-            either case for a network whose CVODES solves use KLU.
+            either case for a network on KLU whose solve has no CVODES adjoint.
 
         Returns
         -------
@@ -725,11 +725,39 @@ class LeastSquaresObjective(_Objective):
         grad : ndarray of shape (n_unknowns,)
             ``dL/du``.
         """
+        if method == "forward":
+            return self._forward_value_and_grad(u)
+        pieces = self.adjoint_pieces(u)
+        if pieces is None:  # a KLU network without CVODES' adjoint: J^T r
+            return self._forward_value_and_grad(u)
+        value, traj, jumps, theta, finish = pieces
+        return value, finish(*adjoint_gradient(self.model, theta, traj, jumps))
+
+    def _forward_value_and_grad(self, u):
+        r = self._evaluate(u)[2]
+        return 0.5 * float(r @ r), self.jacobian(u).T @ r
+
+    def adjoint_pieces(self, u):
+        """The cost and what its adjoint gradient is made of, or None where the gradient
+        is ``J^T r`` instead (a KLU network whose solve has no CVODES adjoint: the adjoint on
+        LSODA's trajectory was 20x slower on Smith_BMCSystBiol2013).
+
+        Returns
+        -------
+        value : float
+        traj : Trajectory
+        jumps : ndarray (n_times, n_states)
+            ``dL/dx`` at the observation times.
+        theta : ndarray (n_params,)
+            This experiment's parameters.
+        finish : callable
+            ``finish(grad_x0, grad_theta) -> dL/du`` from the adjoint's gradient in this
+            experiment's start and parameters; affine: its part that does not depend on them
+            (the observation's own parameters, the penalty on x0) is ``finish(0, 0)``.
+        """
         traj, data, r, x0, theta = self._evaluate(u)
-        # a KLU network: J^T r from CVODES' sensitivities, not the adjoint on LSODA's
-        # trajectory (20x less CPU on Smith_BMCSystBiol2013, outputerror/_sensitivity.py)
-        if method == "forward" or (traj.native_sparse and traj.native_adjoint is None):
-            return 0.5 * float(r @ r), self.jacobian(u).T @ r
+        if traj.native_sparse and traj.native_adjoint is None:
+            return None
         self.n_derivative += 1
         if self.observation is None:
             jumps = np.zeros((self.t.size, self.n_states))
@@ -737,17 +765,21 @@ class LeastSquaresObjective(_Objective):
             direct = 0.0
         else:  # the rows' gradient in the states at the observation times, and in theta
             _, jumps, direct = self.observation.gradient(traj.states, theta)
-        g_x0, g_theta = adjoint_gradient(self.model, theta, traj, jumps)
-        g_theta = g_theta + direct
-        if self.theta_map is not None:
-            g_theta = self.theta_map[0].T @ g_theta
-        if self.preequilibration is not None:
-            _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
-            g_theta = g_theta + D.T @ g_x0
-        elif self.offset_start:
-            g_theta = g_theta + self.offsets_derivative(self.split_theta(u)).T @ g_x0
         r_extra, J_extra = self.extra_terms(x0)
-        g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
-        return 0.5 * float(r @ r), g_z * self.dz_du(u)
+        scale = self.dz_du(u)
+
+        def finish(g_x0, g_theta):
+            g_theta = g_theta + direct
+            if self.theta_map is not None:
+                g_theta = self.theta_map[0].T @ g_theta
+            if self.preequilibration is not None and np.any(g_x0):
+                _, D = self.preequilibrated(x0, self.split_theta(u), with_sensitivities=True)
+                g_theta = g_theta + D.T @ g_x0
+            elif self.offset_start and np.any(g_x0):
+                g_theta = g_theta + self.offsets_derivative(self.split_theta(u)).T @ g_x0
+            g_z = np.concatenate([g_x0[self.free] + J_extra.T @ r_extra, g_theta[self.fitted]])
+            return g_z * scale
+
+        return 0.5 * float(r @ r), traj, jumps, theta, finish
 
 

@@ -48,7 +48,8 @@ from ._stages import (
     _StageSolver,
 )
 
-__all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities"]
+__all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivities",
+           "uses_native_adjoint"]
 
 
 # CVODES' forward sensitivities cost grows with columns x states; above these products the
@@ -371,20 +372,41 @@ def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None
                                               doses=doses))
         return rebuilt[0]
 
-    after = t_obs > t0
     native_adjoint = None
-    if not doses and not native.n_roots and np.any(after):
+    if not doses and native.switch_times is not None and t_obs[-1] > t0:
         def native_adjoint(jumps):
-            _, g_x0, g_theta, info = native.adjoint(t0, x0, theta, t_obs[after],
-                                                    jumps[after], **options)
-            raise_native_failure(model, theta, (t0, t_obs[-1]), info, options["blowup"])
-            return g_x0 + jumps[~after].sum(axis=0), g_theta  # data at t0: lambda's jump
+            return _native_adjoint(native, model, theta, x0, t0, t_obs, jumps, options)
 
     grid = np.union1d([t0], t_obs)
     return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, n_evaluations,
                       native=sensitivities_at, scipy=scipy,
                       native_reads=native.param_in_field, native_banded=banded,
                       native_sparse=native.sparse, native_adjoint=native_adjoint)
+
+
+def _native_adjoint(native, model, theta, x0, t0, t_obs, jumps, options):
+    """``(grad_x0, grad_theta)`` by CVODES' adjoint, in segments between the times the
+    field's switches change (their time constant: the state and lambda are continuous
+    there, and the switch times do not move with theta). The states at the switch times
+    come from one plain solve; each segment's gradient in its start is the next earlier
+    segment's last jump."""
+    ends = np.unique(native.switch_times)
+    ends = ends[(ends > t0) & (ends < t_obs[-1])]
+    starts = np.concatenate([[t0], ends])
+    x_starts = np.vstack([x0[None], _native_solve(native, model, theta, x0, t0, ends, None,
+                                                  dict(options))[0]]) if ends.size else x0[None]
+    g_start, g_theta = np.zeros(x0.size), np.zeros(model.n_params)
+    stops = np.concatenate([ends, [t_obs[-1]]])
+    for start, stop, x in reversed(list(zip(starts, stops, x_starts))):
+        inside = (t_obs > start) & (t_obs <= stop)
+        times = np.union1d(t_obs[inside], [stop])
+        part = np.zeros((times.size, x0.size))
+        np.add.at(part, np.searchsorted(times, t_obs[inside]), jumps[inside])
+        part[-1] += g_start  # the later segments' gradient in this one's end state
+        _, g_start, g_part, info = native.adjoint(start, x, theta, times, part, **options)
+        raise_native_failure(model, theta, (start, stop), info, options["blowup"])
+        g_theta += g_part
+    return g_start + jumps[t_obs <= t0].sum(axis=0), g_theta  # data at t0: lambda's jump
 
 
 def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
@@ -647,6 +669,14 @@ def _adjoint_step_maps(h, M, K_inv):
     return C, Q
 
 
+def uses_native_adjoint(traj):
+    """Whether :func:`adjoint_gradient` takes CVODES' adjoint for ``traj``: where it has one
+    and the forward columns are many, or the network is on KLU."""
+    if traj.native_adjoint is None:
+        return False
+    return traj.native_sparse or _native_work(traj, True) > NATIVE_MAX_WORK_GRADIENT
+
+
 def adjoint_gradient(model, theta, traj, jumps):
     """Gradient of a cost whose derivative with respect to ``x(t_i)`` is ``jumps[i]``.
 
@@ -669,10 +699,9 @@ def adjoint_gradient(model, theta, traj, jumps):
         ``integral of f_theta^T p dt`` by the collocation quadrature.
     """
     if traj.native is not None:
-        few = _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT
-        if traj.native_adjoint is not None and (not few or traj.native_sparse):
+        if uses_native_adjoint(traj):
             return traj.native_adjoint(jumps)  # many columns: CVODES' own adjoint
-        if few or traj.chained or traj.native_sparse:
+        if _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT or traj.chained:
             S = _native_sensitivities(traj, True)  # few columns: CVODES' own
             if S is not None:
                 g = np.einsum("ia,iaq->q", jumps, S)
