@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -37,7 +38,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent
+# this folder holds petab.py: it must not hide the petab package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 SIZES = (5, 10, 20, 40, 80, 160)
 
 
@@ -141,7 +144,6 @@ def petab_one(folder):
 
 def petab_rows(folder, timeout=600):
     import subprocess
-    import sys
 
     rows = {}
     for problem in sorted(p for p in Path(folder).iterdir() if p.is_dir()):

@@ -146,6 +146,43 @@ def test_jacobian_and_adjoint_gradient_match_finite_differences(noise_kind):
                     atol=1e-8 * np.abs(grad_adjoint).max())
 
 
+class _Proportional(TwoStates):
+    """A -> B, both read with a proportional error: the noise is zero where B is."""
+
+    param_names = ("k1", "k2", "b")
+    default_theta = (0.5, 0.2, 0.1)
+    observable_names = ("A_obs", "B_obs")
+
+    def observe(self, t, x, theta):
+        return x
+
+    def noise_sd(self, t, y, theta):
+        return theta[2] * y
+
+
+def test_a_missing_datum_leaves_the_jacobian_finite():
+    # B starts at 0, where its proportional noise is 0: its datum there is missing (NaN),
+    # and the rows' derivative there is 0/0. The Jacobian's rows of a missing datum are
+    # zeros, not NaN * 0 (Bachmann_MSB2011's J^T r gradient was NaN in every component),
+    # and J^T r is the adjoint's gradient
+    model = _Proportional()
+    t = np.linspace(0.0, 10.0, 12)
+    X = simulate(model, model.default_theta, [1.0, 0.0], t)
+    rng = np.random.default_rng(7)
+    Y = X * (1 + 0.1 * rng.standard_normal(X.shape))
+    Y[0, 1] = np.nan
+    data = check_experiments([Experiment(t, Y, x0=[1.0, 0.0], t0=0.0)], None, model=model,
+                             estimate_x0=False, estimator_name="test")
+    objective, u = objective_for_experiments(model, data, theta0=np.array([0.6, 0.25, 0.12]),
+                                             rtol=1e-11, atol=1e-13)
+    J = objective.jacobian(u)
+    assert np.all(np.isfinite(J))
+    value, grad = objective.value_and_grad(u, "adjoint")
+    # two derivatives of one cost solved at 1e-11, as in the test above
+    assert_allclose(J.T @ objective.residual(u), grad, rtol=1e-6,
+                    atol=1e-8 * np.abs(grad).max())
+
+
 @pytest.mark.parametrize("noise_kind", ["absolute", "lognormal", "log10normal",
                                         {"conc": "lognormal"}])
 @pytest.mark.parametrize("fisher", [False, True])

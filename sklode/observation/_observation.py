@@ -234,8 +234,8 @@ class Observation:
         J_theta : ndarray of shape (n_rows, n_params)
         """
         fast = self._numpy_jacobians(X, theta, fisher=True)
-        return fast if fast is not None else self._batched_jacobians(self._fisher_rows, X,
-                                                                     theta)
+        return self._without_missing(fast if fast is not None else self._batched_jacobians(
+            self._fisher_rows, X, theta))
 
     def _check_domain(self, t, X, theta):
         """Predicted observables that a log kind cannot read, or a noise level that is not
@@ -349,7 +349,20 @@ class Observation:
         J_theta : ndarray of shape (n_rows, n_params)
         """
         fast = self._numpy_jacobians(X, theta, fisher=False)
-        return fast if fast is not None else self._batched_jacobians(self._rows, X, theta)
+        return self._without_missing(fast if fast is not None else self._batched_jacobians(
+            self._rows, X, theta))
+
+    def _without_missing(self, jacobians):
+        """Zeros in the rows of missing data: their rows are 0 whatever the model gives
+        there, and a noise level of 0 where a datum is missing (a proportional error on a
+        state at 0) made their derivative NaN, so NaN * 0 (Bachmann_MSB2011's J^T r was
+        NaN in every component)."""
+        missing = ~self.mask.ravel()
+        if self.modelled_noise:
+            missing = np.concatenate([missing, missing])
+        if not missing.any():
+            return jacobians
+        return tuple(np.where(missing[:, None], 0.0, J) for J in jacobians)
 
     # ------------------------------------------------------------------ compiled derivatives
     def _compiled_observation(self):
@@ -422,10 +435,12 @@ class Observation:
                                       0.0)
                     noise_rows = [factor[..., None] * z for z in (sx, st)]
         J = []
+        missing = mask == 0  # zeros, not NaN * 0: a missing datum's y is NaN (Bachmann)
         for k_part in range(2):
-            rows = data[k_part] * mask
+            rows = np.where(missing, 0.0, data[k_part])
             if self.modelled_noise:
-                rows = np.concatenate([rows, noise_rows[k_part] * mask], axis=1)
+                rows = np.concatenate([rows, np.where(missing, 0.0, noise_rows[k_part])],
+                                      axis=1)
             J.append(self._flat_jacobian(rows))
         return J[0], J[1]
 
