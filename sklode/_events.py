@@ -11,7 +11,9 @@ their data at the same dose times (:class:`sklode._on_grid.DoseSplit`).
 
 A model's events (:class:`sklode.models.Event`, ``model.events``) jump the state where a
 trigger function crosses zero: :func:`solve_across_events` locates each crossing on a dense
-solve, integrates up to it, applies the jump and goes on, for the same forward solves.
+solve, integrates up to it, applies the jump and goes on, for the same forward solves. It is
+the one loop of both: a dose is an event whose time is known and whose jump adds a constant,
+and a solve may have both.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def add_doses(x, amounts):
 
 
 def solve_across_doses(solve_segment, x0, t0, times, doses):
-    """The states at ``times``, integrated in segments from one dose to the next.
+    """The states at ``times``, integrated in segments from one dose to the next
+    (:func:`solve_across_events` without events).
 
     Parameters
     ----------
@@ -99,29 +102,12 @@ def solve_across_doses(solve_segment, x0, t0, times, doses):
     ndarray of shape (n_times, n_states)
         The states at ``times`` (rows at or before ``t0`` unset).
     """
-    t_end = float(times[-1])
-    at_start, later = dose_segments(doses or [], t0, t_end)
-    x, start = add_doses(x0, at_start), t0
-    states = np.empty((times.size, x.size))
-    for end, amounts in later + [(t_end, None)]:
-        inside = (times > start) & (times <= end)
-        t_eval = np.union1d(times[inside], [end])
-        index = np.searchsorted(t_eval, times[inside])
-        out = solve_segment(start, end, x, t_eval, inside, index)
-        states[inside] = out[index]
-        x, start = add_doses(out[-1], amounts), end
-    return states
+    return solve_across_events((), None, x0, t0, times, solve_segment, None, doses=doses)[0]
 
 
-
-def model_events(model, doses=None):
-    """The model's events (``model.events``), a tuple (empty for most models); a
-    ValueError where a solve is also given ``doses`` (one loop or the other)."""
-    events = tuple(getattr(model, "events", None) or ())
-    if events and doses:
-        raise ValueError(f"{model!r} has events: doses and events in one solve are not "
-                         "supported; state the doses as events of the model.")
-    return events
+def model_events(model):
+    """The model's events (``model.events``), a tuple (empty for most models)."""
+    return tuple(getattr(model, "events", None) or ())
 
 
 def _holds(events, t, x, theta):
@@ -160,77 +146,92 @@ def _first_crossing(events, theta, steps, dense, holds):
     return tau, sorted(k for t, k in found if t - tau <= together)
 
 
-def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense):
-    """The states at ``times``, integrated from one event to the next.
+def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense,
+                        doses=None):
+    """The states at ``times``, integrated from one firing to the next: the doses at their
+    times and the events where their triggers cross zero (one loop for both: a dose is an
+    event whose time is known and whose jump adds a constant).
 
     Parameters
     ----------
     events : sequence of Event
     theta : ndarray of shape (n_params,)
     x0 : ndarray of shape (n_states,)
-        The state at ``t0`` (before an event that fires at the start).
+        The state at ``t0`` (before a dose or an event at the start).
     t0 : float
     times : ndarray of shape (n_times,)
-        Increasing output times after ``t0``; an output at an event's time sees the state
-        before it (as for a dose).
+        Increasing output times after ``t0``; an output at a firing's time sees the state
+        before it (a trough sample before a dose, as NONMEM orders them).
     solve_segment : callable
         As for :func:`solve_across_doses`: ``solve_segment(start, end, x, t_eval, inside,
         index) -> states`` at ``t_eval`` (the segment's outputs and ``end``).
-    solve_dense : callable
+    solve_dense : callable or None
         ``solve_dense(start, end, x) -> (steps, dense)``: a solve from ``x`` at ``start``
         towards ``end`` with dense output ``dense(t) -> (n_states, len(t))`` and its steps
-        (``start`` first), on which the triggers are located.
+        (``start`` first), on which the triggers are located (None without events).
+    doses : sequence of (float, int, float), optional
+        ``(time, state index, amount)`` boluses.
 
     Returns
     -------
     states : ndarray of shape (n_times, n_states)
     fired : list of (float, list of int, ndarray, ndarray)
-        Each firing: its time, the events (indices, in the order applied), the state before
-        and the state after.
+        Each firing: its time, the events (indices, in the order applied; empty for a dose
+        alone, whose jump leaves the sensitivities continuous), the state before and the
+        state after. At a time where both fire, the events jump first, then the dose.
 
     Raises
     ------
     IntegrationError
         Where events fire without end.
     """
-    theta = np.asarray(theta, dtype=np.float64)
     x = np.array(x0, dtype=np.float64)
     t_end = float(times[-1])
+    at_start_doses, later = dose_segments(doses or [], t0, t_end)
     states = np.empty((times.size, x.size))
     fired = []
-    holds = _holds(events, t0, x, theta)
+    holds = _holds(events, t0, x, theta) if events else []
     at_start = [k for k, event in enumerate(events) if holds[k] and not event.initial_value]
-    if at_start:
+    if at_start or at_start_doses:
         before = x
         for k in at_start:
             x = events[k].jump(t0, x, theta)
+        x = add_doses(x, at_start_doses)
         fired.append((float(t0), at_start, before, x))
-        holds = _holds(events, t0, x, theta)
-    start, at_once = float(t0), 0
+        if events:
+            holds = _holds(events, t0, x, theta)
+    start, at_once, pending = float(t0), 0, list(later)
     while True:
+        horizon, amounts = pending[0] if pending else (t_end, None)
         tau, which = None, []
-        if start < t_end:
-            steps, dense = solve_dense(start, t_end, x)
+        if events and start < horizon:
+            steps, dense = solve_dense(start, horizon, x)
             tau, which = _first_crossing(events, theta, np.asarray(steps), dense, holds)
-        end = t_end if tau is None else tau
+        end = horizon if tau is None else tau
         inside = (times > start) & (times <= end)
         t_eval = np.union1d(times[inside], [end])
         index = np.searchsorted(t_eval, times[inside])
         out = solve_segment(start, end, x, t_eval, inside, index)
         states[inside] = out[index]
-        if tau is None:
+        dosed = amounts is not None and end == horizon
+        if tau is None and not dosed:
             return states, fired
         before = x = out[-1]
         for k in which:
-            x = events[k].jump(tau, x, theta)
-        fired.append((float(tau), which, before, x))
-        at_once = at_once + 1 if tau - start <= 1e-9 * max(1.0, abs(tau)) else 0
-        if len(fired) > MAX_EVENTS or at_once >= MAX_EVENTS_AT_ONCE:
-            raise IntegrationError(
-                f"The events {[events[k].name or k for k in which]} fired "
-                f"{len(fired)} times by t={tau:g}, the last {at_once + 1} within "
-                f"{tau - fired[-at_once - 1][0]:.3g} of one another: a jump that sets its "
-                "own trigger off again at once (or more events than a solve can hold).",
-                t_reached=tau)
-        holds = _holds(events, tau, x, theta)
-        start = tau
+            x = events[k].jump(end, x, theta)
+        if dosed:
+            x = add_doses(x, amounts)
+            pending.pop(0)
+        fired.append((float(end), which, before, x))
+        if which:
+            at_once = at_once + 1 if end - start <= 1e-9 * max(1.0, abs(end)) else 0
+            if len(fired) > MAX_EVENTS or at_once >= MAX_EVENTS_AT_ONCE:
+                raise IntegrationError(
+                    f"The events {[events[k].name or k for k in which]} fired "
+                    f"{len(fired)} times by t={end:g}, the last {at_once + 1} within "
+                    f"{end - fired[-at_once - 1][0]:.3g} of one another: a jump that sets "
+                    "its own trigger off again at once (or more events than a solve can "
+                    "hold).", t_reached=end)
+        if events:
+            holds = _holds(events, end, x, theta)
+        start = end

@@ -467,12 +467,12 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
     out[at_t0] = x0
     kw = dict(integrator=integrator, rtol=rtol, atol=atol)
     ahead = unique[unique > t0]
-    if model_events(model, doses):
+    if model_events(model):
         if np.any(unique < t0):
             raise ValueError("With events, every output time must be at or after t0 (the "
                              "events are not integrated backwards).")
         if ahead.size:
-            out[unique > t0] = _solve_with_events(model, theta, x0, t0, ahead, kw)
+            out[unique > t0] = _solve_with_events(model, theta, x0, t0, ahead, kw, doses)
         return out[inverse.reshape(-1)]
     if doses:
         if np.any(unique < t0):
@@ -499,9 +499,9 @@ def _solve_with_doses(model, theta, x0, t0, ahead, doses, kw):
 
 
 
-def _solve_with_events(model, theta, x0, t0, ahead, kw):
+def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
     """States at the increasing times ``ahead`` (all after ``t0``), integrated from one of
-    the model's events to the next (located on LSODA's dense output)."""
+    the model's events (located on LSODA's dense output) or ``doses`` to the next."""
     def segment(start, end, x, t_eval, inside, index):
         return solve(model, theta, x, (start, end), t_eval=t_eval, **kw).y.T
 
@@ -510,4 +510,5 @@ def _solve_with_events(model, theta, x0, t0, ahead, kw):
                     atol=kw["atol"], dense_output=True)
         return sol.sol.ts, sol.sol
 
-    return solve_across_events(model_events(model), theta, x0, t0, ahead, segment, dense)[0]
+    return solve_across_events(model_events(model), theta, x0, t0, ahead, segment, dense,
+                               doses=doses)[0]

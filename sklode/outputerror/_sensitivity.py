@@ -52,15 +52,16 @@ __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivitie
            "uses_native_adjoint"]
 
 
-# CVODES' forward sensitivities cost grows with columns x states; above these products the
-# collocation passes on a LSODA trajectory are used instead. Where the two cross depends on
-# stiffness (Debian 12's SUNDIALS 6.4.1; benchmarks/results/crossover.md and forward.md):
-# on the non-stiff Lorenz-96 with every x0 estimated, 20 x 21 = 420 costs CVODES 0.30 s
-# against the collocation forward pass's 0.22 and the adjoint's 0.20, 40 x 41 = 1,640 1.19
-# against 0.81 / 0.62, 80 x 81 = 6,480 6.9 against the adjoint's 0.56; on the stiff PEtab
-# models CVODES wins at every size measured, up to Zheng's 15 x 47 = 705 (0.053 s against
-# 0.157). The limits keep CVODES where it wins or loses little and leave it where it loses
-# by an order of magnitude.
+# CVODES' forward sensitivities cost grows with columns x states; above these products a
+# gradient is CVODES' own adjoint where the solve has one (Trajectory.native_adjoint: one
+# backward solve whatever the columns), and a Jacobian (or a gradient without it) the
+# collocation passes on a LSODA trajectory. benchmarks/results/crossover.md: on the
+# non-stiff Lorenz-96 with every x0 estimated the adjoint wins from 10 x 11 (20 x 21 = 420:
+# 0.043 s against the forward sensitivities' 0.115; 80 x 81: 0.15 against 1.1); on the stiff
+# PEtab problems from about 1,000 (Alkan 36 x 89 = 3,204: 3.6 against 13.8; Raimundez 1.8x;
+# Bachmann 25 x 59 = 1,475 loses, 1.9 against 1.2, where a limit above it would cost
+# Lorenz-96 at 40 x 41 = 1,640 a factor of 6: 0.29 against 0.050). Before the CVODES
+# adjoint the collocation passes lost to CVODES on every stiff problem up to Zheng's 705.
 NATIVE_MAX_WORK_JACOBIAN = 2000
 NATIVE_MAX_WORK_GRADIENT = 1000
 # A Jacobian of a system whose df/dx is banded (the driver's LU touching at most
@@ -70,12 +71,12 @@ NATIVE_MAX_WORK_GRADIENT = 1000
 # (benchmarks/scale.py, 101 times): d = 200, 202 columns, 1.9 CPU s per Gauss-Newton
 # iteration against 8.8 on LSODA's collocation pass; d = 400, 10.0 against 40.7.
 # The gradient keeps its limit: the adjoint's one backward solve wins there.
-# A network whose Newton solves use KLU (native_sparse) keeps both passes on CVODES' forward
-# sensitivities whatever the columns: the collocation passes run on LSODA's trajectory, and
-# LSODA on a stiff network of that size is slow. Smith_BMCSystBiol2013 (109 states, 25
-# parameters, 35 experiments): its gradient took 218 CPU s by the adjoint on LSODA's
-# trajectory, 10.4 s as J^T r from CVODES' sensitivities (ExperimentsObjective's
-# value_and_grad); Chen_MSB2009 (500 states): > 900 s against ~200.
+# A network whose Newton solves use KLU (native_sparse) keeps its Jacobians on CVODES'
+# forward sensitivities whatever the columns and takes its gradient from CVODES' adjoint (or,
+# without one, as J^T r from the forward sensitivities): the collocation passes run on LSODA's
+# trajectory, and LSODA on a stiff network of that size is slow. Smith_BMCSystBiol2013 (109
+# states, 35 experiments): 218 CPU s per gradient by the adjoint on LSODA's trajectory, 10.4
+# s as J^T r; Chen_MSB2009 (500 states): J^T r 174 s, CVODES' adjoint 10.4 s.
 # Above this many states the adjoint pass uses VJPs instead of materialised Jacobians
 # (Lorenz-96 gradient: 0.33 -> 0.12 s at n = 320; at n = 60 materialising was 2x faster).
 _MATRIX_FREE_MIN_STATES = 128
@@ -217,10 +218,10 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
-    if model_events(model, doses):
+    if model_events(model):
         return _trajectory_across_events(model, theta, x0, t0, t_obs, integrator=integrator,
                                          rtol=rtol, atol=atol,
-                                         max_evaluations=max_evaluations)
+                                         max_evaluations=max_evaluations, doses=doses)
     return _trajectory(model, theta, x0, t0, t_obs, integrator=integrator, rtol=rtol,
                        atol=atol, max_evaluations=max_evaluations, doses=doses,
                        prefetch=prefetch)
@@ -410,10 +411,11 @@ def _native_adjoint(native, model, theta, x0, t0, t_obs, jumps, options):
 
 
 def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
-                              max_evaluations):
+                              max_evaluations, doses=None):
     """:func:`forward_trajectory` of a model with events: one plain solve per segment
-    between the firings (located on LSODA's dense output), whose sensitivities in their own
-    start and theta are chained through each jump by :func:`_jump_sensitivities`."""
+    between the firings (located on LSODA's dense output) and the doses, whose
+    sensitivities in their own start and theta are chained through each jump by
+    :func:`_jump_sensitivities`."""
     theta = np.asarray(theta, dtype=np.float64)
     events = model_events(model)
     pieces = []  # (trajectory, inside, index) of each segment
@@ -436,7 +438,7 @@ def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, 
     after = t_obs > t0
     states = np.tile(x0, (t_obs.size, 1))
     states[after], fired = solve_across_events(events, theta, x0, t0, t_obs[after], segment,
-                                               dense)
+                                               dense, doses=doses)
     n, p = x0.size, model.n_params
 
     def chained(with_x0, params=None, start=None):
@@ -473,12 +475,13 @@ def _jump_sensitivities(model, events, theta, firing, S_before, fixed=False):
     """The state's derivative in ``[x0, theta]`` just after a firing, from the one just
     before: for each event's jump ``x+ = h(tau, x-, theta)`` at a time ``tau`` where the
     trigger ``g`` crosses zero, ``S+ = h_x S- + h_theta + (h_x f- + h_t - f+) dtau``, with
-    ``dtau = -(g_x S- + g_theta) / (g_x f- + g_t)`` (zero where the time is ``fixed``)."""
+    ``dtau = -(g_x S- + g_theta) / (g_x f- + g_t)`` (zero where the time is ``fixed``, as
+    a dose's); a dose adds a constant, which leaves ``S`` as it is."""
     tau, which, x_before, _ = firing
     n = x_before.size
     f = lambda x: model.f(tau, x[None, :], theta)[0]  # noqa: E731
     dtau = np.zeros(S_before.shape[1])
-    if not fixed:
+    if not fixed and which:  # (a dose alone: a fixed time, a constant added)
         g_t, g_x, g_theta = events[which[0]].value_derivatives(tau, x_before, theta)
         rate = float(g_x @ f(x_before) + g_t)
         if not np.isfinite(rate) or rate == 0.0:
