@@ -742,10 +742,17 @@ class LeastSquaresObjective(_Objective):
         is ``J^T r`` instead (a KLU network whose solve has no CVODES adjoint: the adjoint on
         LSODA's trajectory was 20x slower on Smith_BMCSystBiol2013).
 
+        Parameters
+        ----------
+        u : ndarray of shape (n_unknowns,)
+            Optimiser variables.
+
         Returns
         -------
         value : float
+            The cost.
         traj : Trajectory
+            The forward solve at ``u``.
         jumps : ndarray (n_times, n_states)
             ``dL/dx`` at the observation times.
         theta : ndarray (n_params,)

@@ -57,10 +57,10 @@ __all__ = ["Trajectory", "adjoint_gradient", "forward_trajectory", "sensitivitie
 # backward solve whatever the columns), and a Jacobian (or a gradient without it) the
 # collocation passes on a LSODA trajectory. benchmarks/results/crossover.md: on the
 # non-stiff Lorenz-96 with every x0 estimated the adjoint wins from 10 x 11 (20 x 21 = 420:
-# 0.043 s against the forward sensitivities' 0.115; 80 x 81: 0.15 against 1.1); on the stiff
-# PEtab problems from about 1,000 (Alkan 36 x 89 = 3,204: 3.6 against 13.8; Raimundez 1.8x;
-# Bachmann 25 x 59 = 1,475 loses, 1.9 against 1.2, where a limit above it would cost
-# Lorenz-96 at 40 x 41 = 1,640 a factor of 6: 0.29 against 0.050). Before the CVODES
+# 0.027 s against the forward sensitivities' 0.094; 80 x 81: 0.18 against 0.97); on the
+# stiff PEtab problems from about 1,000-2,000 (Alkan 36 x 89 = 3,204: 3.6 against 13.8;
+# Raimundez 2.3x; Zheng 930 1.3x; Bachmann 25 x 59 = 1,475 loses, 1.9 against 1.2, where a
+# limit above it would cost Lorenz-96 at 40 x 41 = 1,640 a factor of 5: 0.23 against 0.047). Before the CVODES
 # adjoint the collocation passes lost to CVODES on every stiff problem up to Zheng's 705.
 NATIVE_MAX_WORK_JACOBIAN = 2000
 NATIVE_MAX_WORK_GRADIENT = 1000
@@ -76,7 +76,7 @@ NATIVE_MAX_WORK_GRADIENT = 1000
 # without one, as J^T r from the forward sensitivities): the collocation passes run on LSODA's
 # trajectory, and LSODA on a stiff network of that size is slow. Smith_BMCSystBiol2013 (109
 # states, 35 experiments): 218 CPU s per gradient by the adjoint on LSODA's trajectory, 10.4
-# s as J^T r; Chen_MSB2009 (500 states): J^T r 174 s, CVODES' adjoint 10.4 s.
+# s as J^T r; Chen_MSB2009 (500 states): J^T r 174 s, CVODES' adjoint 9.8 s (crossover.md).
 # Above this many states the adjoint pass uses VJPs instead of materialised Jacobians
 # (Lorenz-96 gradient: 0.33 -> 0.12 s at n = 320; at n = 60 materialising was 2x faster).
 _MATRIX_FREE_MIN_STATES = 128
