@@ -10,8 +10,9 @@ bolus of known size leaves the sensitivities continuous). The methods on the dat
 their data at the same dose times (:class:`sklode._on_grid.DoseSplit`).
 
 A model's events (:class:`sklode.models.Event`, ``model.events``) jump the state where a
-trigger function crosses zero: :func:`solve_across_events` locates each crossing on a dense
-solve, integrates up to it, applies the jump and goes on, for the same forward solves. It is
+trigger function crosses zero: :func:`solve_across_events` locates each crossing (by CVODES'
+root finding on the compiled triggers, or on LSODA's dense output), integrates up to it,
+applies the jump and goes on, for the same forward solves. It is
 the one loop of both: a dose is an event whose time is known and whose jump adds a constant,
 and a solve may have both.
 """
@@ -147,7 +148,7 @@ def _first_crossing(events, theta, steps, dense, holds):
 
 
 def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense,
-                        doses=None):
+                        doses=None, locate=None):
     """The states at ``times``, integrated from one firing to the next: the doses at their
     times and the events where their triggers cross zero (one loop for both: a dose is an
     event whose time is known and whose jump adds a constant).
@@ -171,6 +172,10 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
         (``start`` first), on which the triggers are located (None without events).
     doses : sequence of (float, int, float), optional
         ``(time, state index, amount)`` boluses.
+    locate : callable, optional
+        ``locate(start, end, x) -> (tau, which)``: the first firing in ``(start, end]``
+        found by the solver itself (CVODES' root finding on the compiled triggers), or
+        ``(None, [])``; used instead of ``solve_dense`` where given.
 
     Returns
     -------
@@ -204,7 +209,9 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
     while True:
         horizon, amounts = pending[0] if pending else (t_end, None)
         tau, which = None, []
-        if events and start < horizon:
+        if events and start < horizon and locate is not None:
+            tau, which = locate(start, horizon, x)
+        elif events and start < horizon:
             steps, dense = solve_dense(start, horizon, x)
             tau, which = _first_crossing(events, theta, np.asarray(steps), dense, holds)
         end = horizon if tau is None else tau

@@ -501,7 +501,7 @@ def _solve_with_doses(model, theta, x0, t0, ahead, doses, kw):
 
 def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
     """States at the increasing times ``ahead`` (all after ``t0``), integrated from one of
-    the model's events (located on LSODA's dense output) or ``doses`` to the next."""
+    the model's events or ``doses`` to the next (:func:`event_locator`)."""
     def segment(start, end, x, t_eval, inside, index):
         return solve(model, theta, x, (start, end), t_eval=t_eval, **kw).y.T
 
@@ -511,4 +511,27 @@ def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
         return sol.sol.ts, sol.sol
 
     return solve_across_events(model_events(model), theta, x0, t0, ahead, segment, dense,
-                               doses=doses)[0]
+                               doses=doses, locate=event_locator(model, theta, **kw))[0]
+
+
+def event_locator(model, theta, *, integrator, rtol, atol, max_evaluations=None):
+    """``locate(start, end, x) -> (tau, which)`` by CVODES' root finding on the compiled
+    triggers of the model's events, where the solve runs on CVODES and every trigger
+    compiled; else None (the crossings are then found on LSODA's dense output, to its
+    tolerance, by Brent's method). CVODES locates a crossing to the time's rounding on its
+    own interpolant, and needs no second solve with dense output."""
+    events = model_events(model)
+    native = native_solver_for(model, _resolve_integrator(integrator)) if events else None
+    if native is None or native.n_events != len(events):
+        return None
+    theta = np.asarray(theta, dtype=np.float64)
+    tolerance = state_atol(model, theta, rtol, atol)
+
+    def locate(start, end, x):
+        limit = blowup_limit(x, model, theta)
+        tau, which, info = native.locate(start, x, theta, end, rtol=rtol, atol=tolerance,
+                                         max_steps=_max_steps(max_evaluations), blowup=limit)
+        raise_native_failure(model, theta, (start, end), info, limit)
+        return tau, which
+
+    return locate

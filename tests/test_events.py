@@ -55,6 +55,59 @@ def test_a_state_triggered_event_refills_at_the_hand_written_times(integrator):
                                atol=1e-9)
 
 
+def test_cvodes_root_finding_locates_the_events_without_a_dense_solve(monkeypatch):
+    # On CVODES the triggers are compiled with the field and located by its root finding
+    # (rising crossings only): no second solve with dense output
+    import sklode.integrate as integrate_module
+
+    model = Refilled()
+    native = model.native_solver()
+    if native is None:
+        pytest.skip(model.native_unavailable_reason())
+    assert native.n_events == 1
+    x = np.array([1.7, 0.3])
+    assert native.event_values(0.4, x, THETA) == pytest.approx(THETA[1] - x[0], rel=1e-14)
+    tight = dict(rtol=1e-10, atol=1e-12)
+    tau, which, _ = native.locate(0.0, X0, THETA, 10.0, **tight)
+    first = np.log(X0[0] / THETA[1]) / THETA[0]
+    # the crossing of a solution solved at rtol 1e-10: its time within ~1e-9 (measured
+    # 3.8e-10)
+    assert which == [0] and tau == pytest.approx(first, abs=1e-8)
+    # a trigger that holds at the start (x already below c, decaying) never rises through
+    # zero: no firing, where a sign test alone would fire at once
+    assert native.locate(0.0, np.array([0.5, 0.0]), THETA, 10.0, **tight)[:2] == (None, [])
+    dense_solves = []
+    solve = integrate_module.solve
+    monkeypatch.setattr(integrate_module, "solve", lambda *a, **k: (
+        dense_solves.append(1) if k.get("dense_output") else None) or solve(*a, **k))
+    X = simulate(model, THETA, X0, TIMES, t0=0.0, integrator="CVODES", **tight)
+    assert not dense_solves
+    # as the hand-written refills above
+    np.testing.assert_allclose(X[:, 0], _x_by_hand(TIMES, *THETA, X0[0]), rtol=1e-8,
+                               atol=1e-9)
+
+
+class _Unrecorded(Refilled):
+    """Its trigger reads a value into Python (``float``): it cannot be compiled, and its
+    crossings are found on LSODA's dense output instead."""
+
+    events = (Event(lambda t, x, th: th[1] - x[0] if float(x.reshape(-1)[0]) > -1e300
+                    else th[1], lambda t, x, th: torch.stack([th[2] + 0.0 * x[0],
+                                                              0.5 * x[1]]), name="refill"),)
+
+
+def test_a_trigger_that_cannot_be_compiled_is_located_on_the_dense_output():
+    model = _Unrecorded()
+    native = model.native_solver()
+    if native is None:
+        pytest.skip(model.native_unavailable_reason())
+    assert native.n_events == 0  # the field compiled; its trigger did not
+    X = simulate(model, THETA, X0, TIMES, t0=0.0, integrator="CVODES", rtol=1e-10,
+                 atol=1e-12)
+    np.testing.assert_allclose(X[:, 0], _x_by_hand(TIMES, *THETA, X0[0]), rtol=1e-8,
+                               atol=1e-9)
+
+
 @pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
 def test_sensitivities_across_state_triggered_events_match_central_differences(integrator):
     model = Refilled()

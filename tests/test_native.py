@@ -575,7 +575,7 @@ def test_driver_kernels_equal_the_sundials_library_to_the_bit():
     # SKLODE_LIBRARY_KERNELS). Computing a x + b y where the library computes a (x - y)
     # (a = -b) changes this solve after a few steps; a difference in the last bit grows
     # along the solution and through the restart at the switch.
-    from sklode.models._native import _DRIVER, NativeSolver, _build
+    from sklode.models._native import _DRIVER, _NO_EVENTS, NativeSolver, _build
     from sklode.models._program import Program
 
     model = Kitchen()
@@ -583,7 +583,7 @@ def test_driver_kernels_equal_the_sundials_library_to_the_bit():
     assert ours is not None, reason
     recorder, x, theta, out = model._pointwise().field.compiled.recording
     source = (Program(recorder, x, theta, out).source(model.n_states, model.n_params)
-              + "#define SKLODE_LIBRARY_KERNELS\n" + _DRIVER.read_text())
+              + _NO_EVENTS + "#define SKLODE_LIBRARY_KERNELS\n" + _DRIVER.read_text())
     library = NativeSolver(*_build(source), model.n_states, model.n_params,
                            ours.param_in_field)
     theta = np.array(model.default_theta)

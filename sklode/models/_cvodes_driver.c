@@ -1,7 +1,8 @@
 /* sklode: one forward solve (and forward sensitivities) of a compiled model with CVODES.
  *
  * The model part (NX, NP, model_f, model_jx, model_jp and the sparsity of the two
- * Jacobians) comes before this file: either generated as C from the recorded torch program
+ * Jacobians; NEVENTS and model_event_values, the triggers of the model's events) comes
+ * before this file: either generated as C from the recorded torch program
  * (sklode/models/_program.py), its sizes then constants, or the interpreter of that program's
  * instructions (_tape_model.c, compiled once at install), its sizes read from the model
  * given to the solve. This part is the same for every model, and so uses no array sized by
@@ -68,7 +69,7 @@ static void free_work(UserData *u) {
 }
 
 static int alloc_work(UserData *u) {
-    long roots = NROOTS > 0 ? NROOTS : 1;
+    long roots = NROOTS + NEVENTS > 0 ? NROOTS + NEVENTS : 1;
     long size = (NNZ_X > 0 ? NNZ_X : 1) + (NNZ_P > 0 ? NNZ_P : 1) + (long)(NP > 0 ? NP : 1) * NX
                 + 4 * roots + 3 * (long)NX;
     double *work = (double *)calloc((size_t)size, sizeof(double));
@@ -890,6 +891,84 @@ done:
     free_work(&u);
     perm_work = NULL;
     return flag < 0 ? flag : 0;
+}
+
+/* ----------------------------------------------------------------------------------------
+ * Events: where the first of the model's triggers crosses zero from below.
+ *
+ * The switches' functions and the triggers are CVODES' root functions together; a switch
+ * (either direction) restarts the solve as in sklode_solve, a trigger found rising stops it
+ * there. CVODES reports only rising crossings of a trigger (CVodeSetRootDirection), so one
+ * that holds at the start must first fall below zero, as a trigger that already fired must.
+ * ------------------------------------------------------------------------------------- */
+static int roots_and_events(sunrealtype t, N_Vector y, sunrealtype *g, void *user_data) {
+    UserData *u = (UserData *)user_data;
+    const double *x = N_VGetArrayPointer(y);
+    if (NROOTS > 0) model_roots(t, x, u->p, g);
+    model_event_values(t, x, u->p, g + NROOTS);
+    return 0;
+}
+
+/* Solve from (t0, x0) towards t_end (> t0) and stop where an event's trigger first crosses
+ * zero rising: stop[0] its time (t_end where none does), stop[1..NX] the state there;
+ * fired[NEVENTS] 1.0 for the events whose triggers cross there, else 0.0. Returns 0 or the
+ * CVODES flag that stopped it (info as sklode_solve's). */
+SKLODE_ENTRY int sklode_locate(double t0, const double *x0, const double *p, double t_end,
+                  double rtol, const double *atol, long max_steps, double blowup,
+                  double *stop, double *fired, double *info) {
+    Solver s;
+    UserData u;
+    int flag = 0, any = 0;
+    long steps_before = 0;
+    sunrealtype t = t0;
+    int *direction = NULL;
+
+    memset(&u, 0, sizeof(u));
+    memset(&s, 0, sizeof(s));
+    u.p = p; u.blowup = blowup; u.t_last = t0;
+    u.x_nonfinite = info + INFO_SIZE;
+    for (int i = 0; i < NEVENTS; i++) fired[i] = 0.0;
+    if (NEVENTS < 1 || t_end <= t0) { flag = CV_ILL_INPUT; goto done; }
+    if (alloc_work(&u)) { flag = CV_MEM_FAIL; goto done; }
+    perm_work = u.perm_work;
+    if ((flag = open_solver(&s, &u, t0, x0, rtol, atol, max_steps))) goto done;
+    if ((flag = CVodeRootInit(s.mem, NROOTS + NEVENTS, roots_and_events))) goto done;
+    direction = (int *)calloc((size_t)(NROOTS + NEVENTS), sizeof(int));
+    if (!direction) { flag = CV_MEM_FAIL; goto done; }
+    for (int i = 0; i < NEVENTS; i++) direction[NROOTS + i] = 1;  /* rising triggers only */
+    if ((flag = CVodeSetRootDirection(s.mem, direction))) goto done;
+    if ((flag = CVodeSetStopTime(s.mem, t_end))) goto done;
+    while (t < t_end && !any) {
+        flag = CVode(s.mem, t_end, s.y, &t, CV_NORMAL);
+        if (flag < 0) goto done;
+        if (flag != CV_ROOT_RETURN) continue;
+        if ((flag = CVodeGetRootInfo(s.mem, u.found))) goto done;
+        for (int i = 0; i < NEVENTS; i++)
+            if (u.found[NROOTS + i] > 0) { fired[i] = 1.0; any = 1; }
+        if (!any) {  /* a switch of the field: restart the method from here */
+            long n_steps = 0;
+            settle_switches(&u, t, N_VGetArrayPointer(s.y), u.found, u.found);
+            CVodeGetNumSteps(s.mem, &n_steps);
+            steps_before += n_steps;
+            if ((flag = CVodeReInit(s.mem, t, s.y))) goto done;
+            if ((flag = CVodeSetStopTime(s.mem, t_end))) goto done;
+        }
+    }
+    flag = 0;
+    stop[0] = any ? t : t_end;
+    memcpy(stop + 1, N_VGetArrayPointer(s.y), sizeof(double) * NX);
+done:
+    report(info, &u, s.mem, steps_before, flag);
+    free(direction);
+    close_solver(&s);
+    free_work(&u);
+    perm_work = NULL;
+    return flag < 0 ? flag : 0;
+}
+
+/* The triggers' values at one point: what sklode checks against the model's own. */
+SKLODE_ENTRY void sklode_event_values(double t, const double *x, const double *p, double *g) {
+    model_event_values(t, x, p, g);
 }
 
 /* The field and both Jacobians (dense, row-major) at one point: what sklode checks against

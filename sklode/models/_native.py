@@ -40,7 +40,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from ._compile import _pointwise_inputs, _Recorder, _Unsupported
 from ._program import CannotWrite, Program
 from ._tape import bind_entries, encode, tape_library
 
@@ -52,6 +54,9 @@ ROUTES = ("tape", "c")
 logger = logging.getLogger("sklode")
 
 _DRIVER = Path(__file__).with_name("_cvodes_driver.c")
+# the C of a model without events (the driver reads NEVENTS and model_event_values)
+_NO_EVENTS = ("#define NEVENTS 0\nstatic void model_event_values(double t, const double *x, "
+              "const double *p, double *g) {\n    (void)t; (void)x; (void)p; (void)g;\n}\n")
 _LIBRARIES = ["sundials_cvodes", "sundials_nvecserial", "sundials_sunmatrixdense",
               "sundials_sunlinsoldense"]
 # ----------------------------------------------------------------------------- building
@@ -266,15 +271,22 @@ class NativeSolver:
     switch_times : ndarray or None
         Where every switch compares time with a constant: those times (a field without
         switches: empty); else None.
+    n_events : int
+        The model's events whose triggers CVODES' root finding locates (:meth:`locate`); 0
+        where the model has none or they could not be recorded (then they are located on
+        LSODA's dense output).
     library : str
         Path of the shared library.
     route : {"tape", "c"}
         How the model reaches the driver (see the module's docstring).
     """
 
-    def __init__(self, solve, evaluate, adjoint, library, n_states, n_params, param_in_field,
-                 band=None, tape=None, sparse=False, n_roots=0, switch_times=None):
+    def __init__(self, solve, evaluate, adjoint, locate, event_values, library, n_states,
+                 n_params, param_in_field, band=None, tape=None, sparse=False, n_roots=0,
+                 switch_times=None, n_events=0):
         self._solve, self._evaluate, self._adjoint = solve, evaluate, adjoint
+        self._locate, self._event_values = locate, event_values
+        self.n_events = int(n_events)
         self.library = library
         self.n_states, self.n_params = n_states, n_params
         self.param_in_field = param_in_field
@@ -413,6 +425,66 @@ class NativeSolver:
         return states, grad_x0, grad_theta[:p], result
 
 
+    def locate(self, t0, x0, theta, t_end, *, rtol, atol, max_steps=500_000, blowup=np.inf):
+        """Where the first of the model's events fires after ``t0``: CVODES' root finding
+        on the triggers (rising crossings of zero), the field's switches restarting the
+        solve as in :meth:`__call__`.
+
+        Returns
+        -------
+        tau : float or None
+            The time the first trigger crosses zero rising, None where none does before
+            ``t_end``.
+        which : list of int
+            The events whose triggers cross there.
+        info : dict
+            As :meth:`__call__`'s.
+        """
+        n = self.n_states
+        stop, fired, info = np.empty(1 + n), np.zeros(max(self.n_events, 1)), np.zeros(4 + n)
+        flag = self._locate(*self._model, float(t0), np.ascontiguousarray(x0, dtype=np.float64),
+                            np.ascontiguousarray(theta, dtype=np.float64), float(t_end),
+                            float(rtol), np.ascontiguousarray(np.broadcast_to(
+                                np.asarray(atol, dtype=np.float64), (n,))),
+                            int(max_steps), float(blowup), stop, fired, info)
+        failure = (None, "blowup", "nonfinite", "cvodes")[int(info[3])] if flag else None
+        result = {"t_reached": float(info[0]), "n_rhs": int(info[1]), "n_steps": int(info[2]),
+                  "flag": int(flag), "failure": failure,
+                  "x_nonfinite": info[4:].copy() if failure == "nonfinite" else None}
+        which = [int(k) for k in np.flatnonzero(fired[:self.n_events])]
+        return (float(stop[0]) if which else None), which, result
+
+    def event_values(self, t, x, theta):
+        """The C triggers at one point (for checks and tests): ndarray (n_events,)."""
+        g = np.empty(max(self.n_events, 1))
+        self._event_values(*self._model, float(t), np.ascontiguousarray(x, dtype=np.float64),
+                           np.ascontiguousarray(theta, dtype=np.float64), g)
+        return g[:self.n_events]
+
+
+def _event_program(model):
+    """The program of the model's events' triggers (their values stacked), or None where
+    it has none or they cannot be written for CVODES (Python control flow on a value, a
+    comparison of varying values inside a trigger: their crossings are then located on
+    LSODA's dense output)."""
+    events = tuple(getattr(model, "events", None) or ())
+    if not events:
+        return None
+    inputs = _pointwise_inputs(model.n_states, model.n_params)
+    recorder = _Recorder(inputs)
+    try:
+        with torch.inference_mode(), recorder:
+            out = torch.stack([event.trigger(inputs["t"], inputs["x"], inputs["theta"])
+                               for event in events])
+        program = Program(recorder, inputs["x"], inputs["theta"], out, prefix="e")
+    except (_Unsupported, CannotWrite, TypeError, ValueError, RuntimeError) as exc:
+        logger.debug("%r: its events are located on LSODA's dense output: %s", model, exc)
+        return None
+    if program.roots or program.output.size != len(events):
+        return None
+    return program
+
+
 def native_solver(model, field, route=None):
     """The model's CVODES solver (:class:`NativeSolver`), or ``(None, reason)``.
 
@@ -442,18 +514,22 @@ def native_solver(model, field, route=None):
     chosen = routes[reasons.index(None)]
     try:
         program = Program(recorder, x, theta, out)
+        events = _event_program(model)
+        n_events = 0 if events is None else events.output.size
         if chosen == "tape":
-            tape = encode(program, n, p)
+            tape = encode(program, n, p, events=events)
             solver = NativeSolver(*tape_library(BUNDLED / "lib")[0], n, p,
                                   program.params_in_field(p), tape.band, tape=tape,
                                   sparse=tape.sparse, n_roots=len(program.roots),
-                                  switch_times=program.switch_times())
+                                  switch_times=program.switch_times(), n_events=n_events)
         else:
-            source = program.source(n, p, klu=_klu_linked()) + _DRIVER.read_text()
+            source = (program.source(n, p, klu=_klu_linked())
+                      + (_NO_EVENTS if events is None else events.event_source())
+                      + _DRIVER.read_text())
             solver = NativeSolver(*_build(source), n, p, program.params_in_field(p),
                                   program.band, sparse=program.sparse,
                                   n_roots=len(program.roots),
-                                  switch_times=program.switch_times())
+                                  switch_times=program.switch_times(), n_events=n_events)
     except CannotWrite as exc:
         return None, f"the program of rhs cannot be unrolled for CVODES: {exc}"
     except (RuntimeError, OSError) as exc:
@@ -494,6 +570,12 @@ def _check(model, field, solver, n_points=4):
             if not np.allclose(g, e, rtol=1e-10, atol=1e-12 * scale):
                 return (f"the CVODES model ({solver.route}) differs from the numpy field at a "
                         "random point")
+        if solver.n_events:  # the triggers too, against the events' own
+            expected = np.array([event.value(t, x, theta) for event in model.events])
+            if not np.allclose(solver.event_values(t, x, theta), expected, rtol=1e-10,
+                               atol=1e-12 * max(float(np.max(np.abs(expected))), 1e-300)):
+                return (f"the CVODES model's event triggers ({solver.route}) differ from the "
+                        "model's at a random point")
         checked += 1
     if checked == 0:
         return "no random point where the CVODES model could be compared"

@@ -196,8 +196,9 @@ class Program:
         g, and the switch's value where g > 0 and where g < 0.
     """
 
-    def __init__(self, recorder, x, theta, out):
+    def __init__(self, recorder, x, theta, out, prefix="v"):
         self.rec = recorder
+        self.prefix = prefix  # of the value lines' names (another program's: another)
         self.value = {id(x): np.array([Expr("x", (i,), f"x[{i}]") for i in range(x.numel())],
                                       dtype=object),
                       id(theta): np.array([Expr("p", (k,), f"p[{k}]")
@@ -261,7 +262,7 @@ class Program:
 
     def _assign(self, expression):
         """A new value line holding ``expression``; its name."""
-        label = f"v{len(self.value_lines)}"
+        label = f"{self.prefix}{len(self.value_lines)}"
         self.value_lines.append((label, expression))
         return name(label)
 
@@ -575,6 +576,17 @@ class Program:
                 "\n".join(f"    {target}[{i}] = {of(r)};" for i, r in enumerate(self.roots))
                 + "\n}")
         return "\n".join(lines) + "\n"
+
+    def event_source(self):
+        """The C of the events' trigger functions, this program's outputs (after
+        :meth:`source`, which the driver needs with it): ``NEVENTS`` and
+        ``model_event_values``."""
+        body = "\n".join(f"    const double {label} = {e};" for label, e in self.value_lines)
+        return (f"#define NEVENTS {self.output.size}\n"
+                "static void model_event_values(double t, const double *x, const double *p, "
+                f"double *g) {{\n    (void)t; (void)x; (void)p;\n{body}\n"
+                + "\n".join(f"    g[{i}] = {o};" for i, o in enumerate(self.output))
+                + "\n}\n")
 
     def root_lines(self):
         """How many value lines the switching functions need."""

@@ -37,7 +37,9 @@ class _TapeStruct(ctypes.Structure):
                 + [(f, ctypes.c_int) for f in ("n_value", "n_root_value", "n_jx", "n_jp",
                                                "n_root")]
                 + [(f, _int_p) for f in ("value", "jx", "jp", "root", "f_out", "jx_out",
-                                         "jp_out", "g_out", "sw_out")])
+                                         "jp_out", "g_out", "sw_out")]
+                + [(f, ctypes.c_int) for f in ("nevents", "n_event")]
+                + [(f, _int_p) for f in ("event", "e_out")])
 
 
 class _Encoder:
@@ -124,7 +126,7 @@ class Tape:
     """A model encoded for ``libsklode_tape``: the arrays and the struct pointing at them
     (the arrays are kept here, alive as long as the struct is used)."""
 
-    def __init__(self, program, n_states, n_params, klu=True):
+    def __init__(self, program, n_states, n_params, klu=True, events=None):
         enc = _Encoder(n_states, n_params)
         # the value lines the switching functions need come first, so that they run alone
         needed = program.root_lines()
@@ -146,6 +148,12 @@ class Tape:
         memo = {}
         arrays["g_out"] = [enc.register(r[1], "root", memo) for r in program.roots]
         arrays["sw_out"] = [enc.names[program.value_lines[r[0]][0]] for r in program.roots]
+        if events is not None:  # the triggers' own program, in the same register file
+            enc.assign(events.value_lines, "event")
+            memo = {}
+            arrays["e_out"] = [enc.register(e, "event", memo) for e in events.output]
+        else:
+            arrays["e_out"] = []
         self._arrays = {k: np.ascontiguousarray(v, dtype=np.intc) if len(v)
                         else np.zeros(1, dtype=np.intc) for k, v in arrays.items()}
         self._arrays["pos"] = None if position is None else np.ascontiguousarray(
@@ -155,7 +163,7 @@ class Tape:
                 [r[column] for r in program.roots] or [0.0], dtype=np.float64)
         self._arrays["registers"] = np.ascontiguousarray(enc.initial, dtype=np.float64)
         segments = {s: enc.instructions(s, n_root_value if s == "value" else 0)
-                    for s in ("value", "jx", "jp", "root")}
+                    for s in ("value", "jx", "jp", "root", "event")}
         self._arrays.update(segments)
         self.n_instructions = sum(len(v) for v in segments.values())
         self.n_registers = len(enc.initial)
@@ -166,11 +174,12 @@ class Tape:
             sparse=int(self.sparse), csc_nnz=len(row),
             n_value=len(segments["value"]), n_root_value=n_root_value,
             n_jx=len(segments["jx"]), n_jp=len(segments["jp"]), n_root=len(segments["root"]),
+            nevents=len(arrays["e_out"]), n_event=len(segments["event"]),
             **{k: self._pointer(k) for k in (
                 "pos", "jx_row", "jx_col", "jp_row", "jp_col", "csc_start", "csc_row",
                 "csc_slot", "switch_above",
                 "switch_below", "registers", "value", "jx", "jp", "root", "f_out", "jx_out",
-                "jp_out", "g_out", "sw_out")})
+                "jp_out", "g_out", "sw_out", "event", "e_out")})
         self.pointer = ctypes.pointer(self.struct)
 
     def _pointer(self, key):
@@ -181,9 +190,10 @@ class Tape:
         return array.ctypes.data_as(kind)
 
 
-def encode(program, n_states, n_params, klu=True):
-    """The model as a :class:`Tape` (``klu=False``: never KLU, the dense or banded LU)."""
-    return Tape(program, n_states, n_params, klu)
+def encode(program, n_states, n_params, klu=True, events=None):
+    """The model as a :class:`Tape` (``klu=False``: never KLU, the dense or banded LU;
+    ``events``: the program of its events' triggers)."""
+    return Tape(program, n_states, n_params, klu, events)
 
 
 _LIBRARY = {}
@@ -233,12 +243,13 @@ def _load(path):
 
 
 def bind_entries(lib, prefix, leading=()):
-    """The driver's entry points in ``lib`` (``prefix`` + solve, adjoint, evaluate), typed:
-    ``leading`` arguments (the interpreter's model) before those of _cvodes_driver.c.
+    """The driver's entry points in ``lib`` (``prefix`` + solve, evaluate, adjoint, locate,
+    event_values), typed: ``leading`` arguments (the interpreter's model) before those of
+    _cvodes_driver.c.
 
     Returns
     -------
-    (solve, evaluate, adjoint) : ctypes functions
+    (solve, evaluate, adjoint, locate, event_values) : ctypes functions
     """
     double_p = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
     int_p = np.ctypeslib.ndpointer(dtype=np.intc, flags="C_CONTIGUOUS")
@@ -254,4 +265,12 @@ def bind_entries(lib, prefix, leading=()):
     evaluate = getattr(lib, prefix + "evaluate")
     evaluate.argtypes = leading + [ctypes.c_double] + [double_p] * 5
     evaluate.restype = None
-    return solve, evaluate, adjoint
+    locate = getattr(lib, prefix + "locate")
+    locate.argtypes = leading + [ctypes.c_double, double_p, double_p, ctypes.c_double,
+                                 ctypes.c_double, double_p, ctypes.c_long, ctypes.c_double,
+                                 double_p, double_p, double_p]
+    locate.restype = ctypes.c_int
+    event_values = getattr(lib, prefix + "event_values")
+    event_values.argtypes = leading + [ctypes.c_double] + [double_p] * 3
+    event_values.restype = None
+    return solve, evaluate, adjoint, locate, event_values

@@ -42,6 +42,8 @@ typedef struct {
     int n_value, n_root_value, n_jx, n_jp, n_root;
     const int *value, *jx, *jp, *root;  /* 5 ints per instruction */
     const int *f_out, *jx_out, *jp_out, *g_out, *sw_out;
+    int nevents, n_event;  /* the events' triggers: their instructions and outputs */
+    const int *event, *e_out;
 } sk_tape;
 
 /* The model and the register file of the solve running on this thread. */
@@ -134,6 +136,13 @@ static void model_roots(double t, const double *x, const double *p, double *g) {
     for (int i = 0; i < M_->nroots; i++) g[i] = R_[M_->g_out[i]];
 }
 
+/* The events' trigger functions (model.events), read from t and x. */
+static void model_event_values(double t, const double *x, const double *p, double *g) {
+    load(t, x, p);
+    run(M_->event, M_->n_event, R_, NULL);
+    for (int i = 0; i < M_->nevents; i++) g[i] = R_[M_->e_out[i]];
+}
+
 static void model_switches(double t, const double *x, const double *p, double *value) {
     load(t, x, p);
     run(M_->value, M_->n_root_value, R_, NULL);
@@ -158,16 +167,21 @@ static void model_switches(double t, const double *x, const double *p, double *v
 #define CSC_ROW (M_->csc_row)
 #define CSC_SLOT (M_->csc_slot)
 #define NROOTS (M_->nroots)
+#define NEVENTS (M_->nevents)
 #define SWITCH_ABOVE (M_->switch_above)
 #define SWITCH_BELOW (M_->switch_below)
 #define SKLODE_ENTRY static
 #define sklode_solve driver_solve
 #define sklode_evaluate driver_evaluate
 #define sklode_adjoint driver_adjoint
+#define sklode_locate driver_locate
+#define sklode_event_values driver_event_values
 #include "_cvodes_driver.c"
 #undef sklode_solve
 #undef sklode_evaluate
 #undef sklode_adjoint
+#undef sklode_locate
+#undef sklode_event_values
 
 SKLODE_EXPORT const char *sklode_tape_operations(void) { return OPERATIONS; }
 
@@ -229,6 +243,32 @@ SKLODE_EXPORT int sklode_tape_adjoint(const sk_tape *tape, double t0, const doub
                           out, grad_x0, grad_p, info);
     leave(registers, saved_model, saved_registers);
     return flag;
+}
+
+/* sklode_locate of _cvodes_driver.c, for the model `tape`. */
+SKLODE_EXPORT int sklode_tape_locate(const sk_tape *tape, double t0, const double *x0,
+                                     const double *p, double t_end, double rtol,
+                                     const double *atol, long max_steps, double blowup,
+                                     double *stop, double *fired, double *info) {
+    const sk_tape *saved_model;
+    double *saved_registers;
+    double *registers = enter(tape, &saved_model, &saved_registers);
+    int flag;
+    if (!registers) return CV_MEM_FAIL;
+    flag = driver_locate(t0, x0, p, t_end, rtol, atol, max_steps, blowup, stop, fired, info);
+    leave(registers, saved_model, saved_registers);
+    return flag;
+}
+
+/* sklode_event_values of _cvodes_driver.c, for the model `tape`. */
+SKLODE_EXPORT void sklode_tape_event_values(const sk_tape *tape, double t, const double *x,
+                                            const double *p, double *g) {
+    const sk_tape *saved_model;
+    double *saved_registers;
+    double *registers = enter(tape, &saved_model, &saved_registers);
+    if (!registers) return;
+    driver_event_values(t, x, p, g);
+    leave(registers, saved_model, saved_registers);
 }
 
 /* sklode_evaluate of _cvodes_driver.c, for the model `tape`. */

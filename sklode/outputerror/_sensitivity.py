@@ -30,6 +30,7 @@ from ..integrate import (
     _max_steps,
     _resolve_integrator,
     blowup_limit,
+    event_locator,
     narrow_band,
     native_solver_for,
     raise_native_failure,
@@ -413,8 +414,8 @@ def _native_adjoint(native, model, theta, x0, t0, t_obs, jumps, options):
 def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
                               max_evaluations, doses=None):
     """:func:`forward_trajectory` of a model with events: one plain solve per segment
-    between the firings (located on LSODA's dense output) and the doses, whose
-    sensitivities in their own start and theta are chained through each jump by
+    between the firings (located by :func:`~sklode.integrate.event_locator`) and the doses,
+    whose sensitivities in their own start and theta are chained through each jump by
     :func:`_jump_sensitivities`."""
     theta = np.asarray(theta, dtype=np.float64)
     events = model_events(model)
@@ -437,8 +438,10 @@ def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, 
 
     after = t_obs > t0
     states = np.tile(x0, (t_obs.size, 1))
+    locate = event_locator(model, theta, integrator=integrator, rtol=rtol, atol=atol,
+                           max_evaluations=max_evaluations)
     states[after], fired = solve_across_events(events, theta, x0, t0, t_obs[after], segment,
-                                               dense, doses=doses)
+                                               dense, doses=doses, locate=locate)
     n, p = x0.size, model.n_params
 
     def chained(with_x0, params=None, start=None):
