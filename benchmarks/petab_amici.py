@@ -7,8 +7,9 @@
 
 For each problem of ``../shared/petab`` (or those named): the model imported through
 ``amici.importers.petab``, PEtab's negative log-likelihood at the nominal parameters
-(CVODES at rtol 1e-10, atol 1e-12), the CPU of one simulation and of one simulation with
-forward sensitivities, or the error that stops the import. Writes
+(CVODES at rtol 1e-10, atol 1e-12), the CPU of one simulation (there and at rtol 1e-8,
+atol 1e-10, the tolerances of ``petab_collection.md``'s CPU columns) and of one simulation
+with forward sensitivities, or the error that stops the import. Writes
 ``benchmarks/results/petab_amici.json``.
 """
 
@@ -43,7 +44,8 @@ def one(folder):
     from amici.importers.petab.v1 import import_petab_problem
     from amici.sim.sundials.petab.v1 import LLH, simulate_petab
 
-    yaml = next(folder.glob("*.yaml"))
+    own = folder / f"{folder.name}.yaml"
+    yaml = own if own.is_file() else next(folder.glob("*.yaml"))
     problem = petab.Problem.from_yaml(str(yaml))
     start = time.process_time()
     model = import_petab_problem(problem, output_dir=Path(tempfile.mkdtemp()) / folder.name,
@@ -64,6 +66,12 @@ def one(folder):
     out = {"neg_log_likelihood": -llh, "import_cpu_s": import_cpu,
            "simulate_cpu_s": _cpu(simulate), "amici": amici.__version__,
            "rtol": 1e-10, "atol": 1e-12}
+    # and at the tolerances of petab_collection.md's CPU columns (rtol 1e-8, atol 1e-10)
+    solver.set_relative_tolerance(1e-8)
+    solver.set_absolute_tolerance(1e-10)
+    out["simulate_cpu_s_rtol_1e-8"] = _cpu(simulate)
+    solver.set_relative_tolerance(1e-10)
+    solver.set_absolute_tolerance(1e-12)
     solver.set_sensitivity_order(sundials.SensitivityOrder.first)
     solver.set_sensitivity_method(sundials.SensitivityMethod.forward)
     out["simulate_with_sensitivities_cpu_s"] = _cpu(simulate)

@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 RESULTS = HERE / "results"
 AMICI_NOMINAL = HERE.parent / "tests" / "data" / "petab_amici_nominal.json"
+AMICI_CPU = RESULTS / "petab_amici.json"  # benchmarks/petab_amici.py, run beside
 
 
 def _reference(folder, yaml):
@@ -255,10 +256,19 @@ def to_markdown(rows, timeout):
              "Where petab cannot score the simulated data (a noise formula of states), "
              "sklode's observables are compared with them row by row (largest relative "
              "difference, in parentheses the rows compared).", "",
+             "'AMICI evaluation': AMICI 1.0.1's CPU for one simulation of the problem at the "
+             "same tolerances (`benchmarks/petab_amici.py`, recorded in "
+             "`results/petab_amici.json`, best of 5), where AMICI imports it.", "",
              "| problem | states | estimated | experiments | measurements | load | -log L | "
-             "reference | relative difference | evaluation | gradient | what stops it |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "reference | relative difference | evaluation | AMICI evaluation | gradient | "
+             "what stops it |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    amici = json.loads(AMICI_CPU.read_text()) if AMICI_CPU.is_file() else {}
     for r in rows:
+        peer = amici.get(r["problem"], {})
+        peer_cpu = peer.get("simulate_cpu_s_rtol_1e-8")
+        peer_text = (num(peer_cpu, ".3f") if peer_cpu is not None else
+                     "refused" if "error" in peer else "–")
         reference = f"– ({r['no_simulated_data']})" if r.get("reference") is None and \
             r.get("no_simulated_data") else "–" if r.get("reference") is None else \
             f"{r['reference']:.6f} ({r['reference_kind']})"
@@ -267,8 +277,8 @@ def to_markdown(rows, timeout):
             f"{r.get('n_experiments', '–')} | {r.get('n_measurements', '–')} | "
             f"{num(r.get('load_cpu_s'), '.2f')} | {num(r.get('neg_log_likelihood'), '.6f')} | "
             f"{reference} | {difference(r)} | "
-            f"{num(r.get('eval_cpu_s'), '.3f')} | {num(r.get('gradient_cpu_s'), '.3f')} | "
-            f"{r.get('stops', '')} |")
+            f"{num(r.get('eval_cpu_s'), '.3f')} | {peer_text} | "
+            f"{num(r.get('gradient_cpu_s'), '.3f')} | {r.get('stops', '')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -186,9 +186,37 @@ def test_the_gradient_across_jumps_matches_central_differences(jumps_path, integ
     assert abs(grad[names.index("c")]) > 1.0 and abs(grad[names.index("T2")]) > 1.0
 
 
+def _refilled_after(t, k, c, d, t_open=3.0, x0=4.0):
+    """X by hand when the refill waits for the time t_open too (``X < c && time >= 3``):
+    at t_open the trigger becomes true with X already below c."""
+    start, x = 0.0, x0
+    while True:
+        below = start + np.log(x / c) / k if x > c else start  # when X < c holds
+        nxt = max(below, t_open)
+        if t <= nxt:
+            return x * np.exp(-k * (t - start))
+        x, start = x * np.exp(-k * (nxt - start)) + d, nxt
+
+
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_a_trigger_combining_comparisons_fires_where_all_hold(tmp_path, integrator):
+    # X < c && time >= 3: X reaches c at 2.77, the refill waits for t = 3 (the smallest
+    # of c - X and time - 3 rises through zero there), then refills where X reaches c
+    path = _write_jumps(tmp_path / "and", events=[
+        {"trigger": "X < c && time >= 3", "assignments": {"X": "X + d"}}],
+        estimate=("k", "c", "d"))
+    problem = sk_petab.load(path)
+    if integrator == "CVODES":  # the combined trigger compiles: CVODES' root finding
+        assert problem.model.native_solver().n_events == 1
+    predicted = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)[0][:, 0]
+    expected = [_refilled_after(t, JUMP["k"], JUMP["c"], JUMP["d"]) for t in JUMP_TIMES]
+    # as the jumps above: crossings located to ~1e-10
+    np.testing.assert_allclose(predicted, expected, rtol=1e-8)
+
+
 @pytest.mark.parametrize("events, estimate_T1, message", [
-    ([{"trigger": "X > 3 && time > 1", "assignments": {"u": "1"}}], False,
-     "combines comparisons"),
+    ([{"trigger": "X == 3", "assignments": {"X": "0"}}], False,
+     "not equalities"),
     ([{"trigger": "X > 3", "delay": "1", "assignments": {"X": "0"}}], False,
      "the delay of event .* makes the state jump"),
     ([{"trigger": "X > 3", "assignments": {"u": "1"}}], False,

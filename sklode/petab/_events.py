@@ -47,12 +47,21 @@ def _time_of(trigger, time, sp):
 
 
 def _jump_function(condition, sp):
-    """``g`` of a trigger that is one comparison: it fires where ``g`` crosses zero from
-    below; None for any other trigger."""
+    """``g`` of a trigger: it fires where ``g`` crosses zero from below, ``g >= 0`` where
+    the trigger is true. A comparison is its difference; ``and`` the smallest of its parts'
+    (true where all are), ``or`` the largest (true where one is), ``not`` the negation (the
+    boundary itself aside). None for any other trigger (an equality, a Boolean constant)."""
     if isinstance(condition, (sp.GreaterThan, sp.StrictGreaterThan)):
         return condition.lhs - condition.rhs
     if isinstance(condition, (sp.LessThan, sp.StrictLessThan)):
         return condition.rhs - condition.lhs
+    if isinstance(condition, (sp.And, sp.Or, sp.Not)):
+        parts = [_jump_function(c, sp) for c in condition.args]
+        if any(g is None for g in parts):
+            return None
+        if isinstance(condition, sp.Not):
+            return -parts[0]
+        return (sp.Min if isinstance(condition, sp.And) else sp.Max)(*parts)
     return None
 
 
@@ -144,8 +153,8 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
         g = _jump_function(e["condition"], sp)
         if g is None:
             raise UnsupportedFeature(
-                f"the SBML event {name!r} triggered by {e['condition']} (a trigger that "
-                "combines comparisons; one comparison, or a time, is supported)")
+                f"the SBML event {name!r} triggered by {e['condition']} (comparisons with "
+                "<, <=, >, >= and their and, or, not are supported, not equalities)")
         if e["delay"] is not None and e["delay"] != 0:
             raise UnsupportedFeature(f"the delay of event {name!r}, an event that makes the "
                                      "state jump")
