@@ -544,25 +544,30 @@ class ExperimentsObjective(_Objective):
             total += value
             shared = part.shared_solve
             if shared not in pending:
-                pending[shared] = [np.zeros((shared.t.size, jumps.shape[1])), finish]
+                pending[shared] = [np.zeros((shared.t.size, jumps.shape[1])), finish,
+                                   self._columns(k)]
             else:  # the first member's finish maps the group's sum: add only this one's own
                 grad[self._columns(k)] += finish(np.zeros(jumps.shape[1]), np.zeros(n_theta))
             pending[shared][0][shared.layout[id(part)][0]] += jumps
-        for shared, (jumps, finish) in pending.items():
+        for shared, (jumps, finish, columns) in pending.items():
             # the adjoint is linear in the jumps, and the members' maps from their
             # gradient in the start and theta agree on the field's parameters (the group's
-            # key): one backward solve for the group (Chen_MSB2009: 4 instead of 39)
-            grad[self._columns(0)] += finish(*shared.traj.native_adjoint(jumps))
+            # key; no member estimates its start, so all have the same columns): one
+            # backward solve for the group (Chen_MSB2009: 4 instead of 39)
+            grad[columns] += finish(*shared.traj.native_adjoint(jumps))
         return total, grad
 
     def _adjoint_pieces_shared(self, part, k, u):
-        """``(value, jumps, n_theta, finish)`` of ``part`` where its gradient can join its group's
-        one backward solve by CVODES' adjoint (:meth:`value_and_grad`), or None."""
+        """``(value, jumps, n_theta, finish)`` of ``part`` where its gradient can join its
+        group's one backward solve by CVODES' adjoint (:meth:`value_and_grad`), or None."""
         shared = getattr(part, "shared_solve", None)
         if shared is None or part.n_x0 or part.offset_start:
             return None  # (an offset start's map reads the experiment's own parameters)
-        pieces = part.adjoint_pieces(self._part_u(u, k))
-        if pieces is None or not uses_native_adjoint(pieces[1]):
+        u_part = self._part_u(u, k)
+        if not uses_native_adjoint(part._evaluate(u_part)[0]):  # (the solve is cached)
+            return None
+        pieces = part.adjoint_pieces(u_part)
+        if pieces is None:
             return None
         value, _, jumps, theta, finish = pieces
         return value, jumps, theta.size, finish
