@@ -544,17 +544,25 @@ class ExperimentsObjective(_Objective):
             total += value
             shared = part.shared_solve
             if shared not in pending:
-                pending[shared] = [np.zeros((shared.t.size, jumps.shape[1])), finish,
-                                   self._columns(k)]
-            else:  # the first member's finish maps the group's sum: add only this one's own
-                grad[self._columns(k)] += finish(np.zeros(jumps.shape[1]), np.zeros(n_theta))
+                pending[shared] = [np.zeros((shared.t.size, jumps.shape[1])), []]
             pending[shared][0][shared.layout[id(part)][0]] += jumps
-        for shared, (jumps, finish, columns) in pending.items():
+            pending[shared][1].append((k, finish, jumps.shape[1], n_theta))
+        for shared, (jumps, members) in pending.items():
             # the adjoint is linear in the jumps, and the members' maps from their
             # gradient in the start and theta agree on the field's parameters (the group's
             # key; no member estimates its start, so all have the same columns): one
-            # backward solve for the group (Chen_MSB2009: 4 instead of 39)
-            grad[columns] += finish(*shared.traj.native_adjoint(jumps))
+            # backward solve for the group (Chen_MSB2009: 4 instead of 39), mapped by the
+            # first member's finish; the others add only their own constant part
+            try:
+                g_x0, g_theta = shared.traj.native_adjoint(jumps)
+            except IntegrationError:  # its backward solve failed: each member alone
+                for k, *_ in members:
+                    grad[self._columns(k)] += self.parts[k].value_and_grad(
+                        self._part_u(u, k), method)[1]
+                continue
+            for k, finish, n_states, n_theta in members:
+                grad[self._columns(k)] += (finish(g_x0, g_theta) if k == members[0][0] else
+                                           finish(np.zeros(n_states), np.zeros(n_theta)))
         return total, grad
 
     def _adjoint_pieces_shared(self, part, k, u):

@@ -706,8 +706,12 @@ def adjoint_gradient(model, theta, traj, jumps):
     """
     if traj.native is not None:
         if uses_native_adjoint(traj):
-            return traj.native_adjoint(jumps)  # many columns: CVODES' own adjoint
-        if _native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT or traj.chained:
+            try:
+                return traj.native_adjoint(jumps)  # many columns: CVODES' own adjoint
+            except IntegrationError:  # its backward solve failed: the forward passes below
+                pass
+        if (_native_work(traj, True) <= NATIVE_MAX_WORK_GRADIENT or traj.chained
+                or traj.native_sparse):
             S = _native_sensitivities(traj, True)  # few columns: CVODES' own
             if S is not None:
                 g = np.einsum("ia,iaq->q", jumps, S)
