@@ -19,12 +19,15 @@ and a solve may have both.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from scipy.optimize import brentq
 
 from .exceptions import IntegrationError
 
-__all__ = ["add_doses", "dose_segments", "solve_across_doses", "solve_across_events"]
+__all__ = ["Firing", "add_doses", "dose_segments", "solve_across_doses",
+           "solve_across_events"]
 
 #: More events than this in one solve is taken for events that fire without end; so are
 #: this many firings in a row, each within 1e-9 (relative) of the time of the one before (a
@@ -131,8 +134,8 @@ def _first_crossing(events, theta, steps, dense, holds):
         values = event.values(steps, X, theta)
         for j, t in enumerate(steps):
             value = values[j]
-            if not armed:
-                armed = value < 0.0
+            if not armed:  # (a trigger holding at zero at the start arms only later)
+                armed = value < 0.0 and j > 0
             elif value >= 0.0 and previous is not None and previous < 0.0:
                 a, b = steps[j - 1], t
                 tau = brentq(lambda s: event.value(s, dense(np.array([s]))[:, 0], theta), a,
@@ -147,11 +150,19 @@ def _first_crossing(events, theta, steps, dense, holds):
     return tau, sorted(k for t, k in found if t - tau <= together)
 
 
+def _unmoved(events, which, time, before, after, theta):
+    """The events of ``which`` whose triggers the firing left at the same value (a delayed
+    event's, whose state waits; a trigger on time): they hold, at zero."""
+    return {k for k in which
+            if events[k].value(time, before, theta) == events[k].value(time, after, theta)}
+
+
 def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense,
                         doses=None, locate=None):
     """The states at ``times``, integrated from one firing to the next: the doses at their
     times and the events where their triggers cross zero (one loop for both: a dose is an
-    event whose time is known and whose jump adds a constant).
+    event whose time is known and whose jump adds a constant). A delayed event's jump is
+    scheduled where its trigger rises and applied ``delay`` later.
 
     Parameters
     ----------
@@ -173,17 +184,17 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
     doses : sequence of (float, int, float), optional
         ``(time, state index, amount)`` boluses.
     locate : callable, optional
-        ``locate(start, end, x) -> (tau, which)``: the first firing in ``(start, end]``
-        found by the solver itself (CVODES' root finding on the compiled triggers), or
-        ``(None, [])``; used instead of ``solve_dense`` where given.
+        ``locate(start, end, x) -> (tau, which, x_tau)``: the first firing in ``(start,
+        end]`` found by the solver itself (CVODES' root finding on the compiled triggers)
+        and the state there, or ``(None, [], None)``; used instead of ``solve_dense`` where
+        given.
 
     Returns
     -------
     states : ndarray of shape (n_times, n_states)
-    fired : list of (float, list of int, ndarray, ndarray)
-        Each firing: its time, the events (indices, in the order applied; empty for a dose
-        alone, whose jump leaves the sensitivities continuous), the state before and the
-        state after. At a time where both fire, the events jump first, then the dose.
+    fired : list of Firing
+        Each firing in time order. At one time the events whose triggers rose jump first
+        (in their order), then the delayed jumps due, then the doses.
 
     Raises
     ------
@@ -195,25 +206,61 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
     at_start_doses, later = dose_segments(doses or [], t0, t_end)
     states = np.empty((times.size, x.size))
     fired = []
+    queue = []  # the delayed jumps scheduled and not yet applied, in time order
+
+    def fire(time, which, amounts, x):
+        """Apply what happens at ``time``: the rising events in ``which`` (the delayed
+        ones scheduled), the delayed jumps due, ``amounts`` of doses; record the firing."""
+        before = x
+        now = [k for k in which if events[k].delay is None]
+        scheduled = [_Scheduled(events[k], k, time, before, theta) for k in which
+                     if events[k].delay is not None]
+        for k in now:
+            x = events[k].jump(time, x, theta)
+        queue.extend(scheduled)
+        queue.sort(key=lambda q: q.time)  # stable: scheduled together, applied in order
+        due = [q for q in queue if q.time <= time]
+        for entry in due:
+            queue.remove(entry)
+            x = entry.apply(x, theta)
+        x = add_doses(x, amounts)
+        fired.append(Firing(float(time), now, before, x, scheduled, due))
+        return x
+
     holds = _holds(events, t0, x, theta) if events else []
     at_start = [k for k, event in enumerate(events) if holds[k] and not event.initial_value]
     if at_start or at_start_doses:
-        before = x
-        for k in at_start:
-            x = events[k].jump(t0, x, theta)
-        x = add_doses(x, at_start_doses)
-        fired.append((float(t0), at_start, before, x))
+        x = fire(t0, at_start, at_start_doses, x)
         if events:
             holds = _holds(events, t0, x, theta)
     start, at_once, pending = float(t0), 0, list(later)
+    # the triggers that rose at ``start`` and that the firing left where they were
+    rose = _unmoved(events, at_start, t0, x0, x, theta)
     while True:
         horizon, amounts = pending[0] if pending else (t_end, None)
-        tau, which = None, []
-        if events and start < horizon and locate is not None:
-            tau, which = locate(start, horizon, x)
-        elif events and start < horizon:
-            steps, dense = solve_dense(start, horizon, x)
-            tau, which = _first_crossing(events, theta, np.asarray(steps), dense, holds)
+        if queue and queue[0].time < t_end and (not pending or queue[0].time < horizon):
+            horizon, amounts = queue[0].time, None
+        tau, which, search, x_search, searches = None, [], start, x, 0
+        while events and search < horizon:
+            if locate is not None:
+                tau, which, x_tau = locate(search, horizon, x_search)
+            else:
+                steps, dense = solve_dense(search, horizon, x_search)
+                tau, which = _first_crossing(events, theta, np.asarray(steps), dense, holds)
+                x_tau = None if tau is None else dense(np.array([tau]))[:, 0]
+            searches += 1
+            if tau is None or tau - start > 1e-9 * max(1.0, abs(start)) or not rose & set(
+                    which) or tau <= search or searches > 3:
+                break
+            # a trigger that rose at ``start`` and still sits at zero (a delayed event's,
+            # a time trigger's: the jump did not move it), seen rising again by rounding:
+            # the others that cross here fire; else search on from just past it, where
+            # it holds (the solution there, as the search found it)
+            which = [k for k in which if k not in rose]
+            if which:
+                break
+            tau, search, x_search = None, tau, x_tau
+            holds = [h or k in rose for k, h in enumerate(holds)]
         end = horizon if tau is None else tau
         inside = (times > start) & (times <= end)
         t_eval = np.union1d(times[inside], [end])
@@ -221,24 +268,76 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
         out = solve_segment(start, end, x, t_eval, inside, index)
         states[inside] = out[index]
         dosed = amounts is not None and end == horizon
-        if tau is None and not dosed:
+        delayed_due = bool(queue) and queue[0].time <= end < t_end
+        if tau is None and not dosed and not delayed_due:
             return states, fired
-        before = x = out[-1]
-        for k in which:
-            x = events[k].jump(end, x, theta)
         if dosed:
-            x = add_doses(x, amounts)
             pending.pop(0)
-        fired.append((float(end), which, before, x))
+        x = fire(end, which, amounts if dosed else None, out[-1])
+        rose = _unmoved(events, which, end, out[-1], x, theta)
         if which:
             at_once = at_once + 1 if end - start <= 1e-9 * max(1.0, abs(end)) else 0
             if len(fired) > MAX_EVENTS or at_once >= MAX_EVENTS_AT_ONCE:
                 raise IntegrationError(
                     f"The events {[events[k].name or k for k in which]} fired "
                     f"{len(fired)} times by t={end:g}, the last {at_once + 1} within "
-                    f"{end - fired[-at_once - 1][0]:.3g} of one another: a jump that sets "
+                    f"{end - fired[-at_once - 1].time:.3g} of one another: a jump that sets "
                     "its own trigger off again at once (or more events than a solve can "
                     "hold).", t_reached=end)
         if events:
             holds = _holds(events, end, x, theta)
+            for k in rose:  # risen and not moved by the jump: holds, though at zero
+                holds[k] = holds[k] or abs(events[k].value(end, x, theta)) <= 1e-9
         start = end
+
+
+class Firing(NamedTuple):
+    """What happened at one time of a solve (:func:`solve_across_events`).
+
+    Attributes
+    ----------
+    time : float
+    which : list of int
+        The events that jumped where their triggers rose, in the order applied (empty for
+        a dose alone, whose jump leaves the sensitivities continuous).
+    before, after : ndarray of shape (n_states,)
+        The state just before and just after.
+    scheduled : list
+        The delayed events whose triggers rose here (their jumps come later).
+    due : list
+        The delayed jumps applied here, each scheduled at an earlier firing (or here, with
+        a zero delay).
+    """
+
+    time: float
+    which: list
+    before: np.ndarray
+    after: np.ndarray
+    scheduled: list = []
+    due: list = []
+
+
+class _Scheduled:
+    """A delayed event's jump, scheduled where its trigger rose: its time, and the values
+    it assigns where they are taken at the trigger's time. The sensitivities keep the
+    derivatives of both on it (``dtime``, ``dvalues``) between the two firings."""
+
+    def __init__(self, event, k, trigger_time, state, theta):
+        self.event, self.k = event, k
+        self.trigger_time, self.state = float(trigger_time), np.array(state, dtype=float)
+        self.time = self.trigger_time + event.delay_value(theta)
+        self.values = (event.jump(trigger_time, state, theta)
+                       if event.use_values_from_trigger_time else None)
+        self.dtime = self.dvalues = None
+
+    def targets(self, n):
+        return np.arange(n) if self.event.targets is None else list(self.event.targets)
+
+    def apply(self, x, theta):
+        """The state after the jump, from ``x`` just before it."""
+        if self.values is None:  # values at the jump's own time
+            return self.event.jump(self.time, x, theta)
+        x = np.array(x, dtype=np.float64)
+        targets = self.targets(x.size)
+        x[targets] = self.values[targets]
+        return x

@@ -515,7 +515,7 @@ def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
 
 
 def event_locator(model, theta, *, integrator, rtol, atol, max_evaluations=None):
-    """``locate(start, end, x) -> (tau, which)`` by CVODES' root finding on the compiled
+    """``locate(start, end, x) -> (tau, which, x_tau)`` by CVODES' root finding on the compiled
     triggers of the model's events, where the solve runs on CVODES and every trigger
     compiled; else None (the crossings are then found on LSODA's dense output, to its
     tolerance, by Brent's method). CVODES locates a crossing to the time's rounding on its
@@ -532,6 +532,6 @@ def event_locator(model, theta, *, integrator, rtol, atol, max_evaluations=None)
         tau, which, info = native.locate(start, x, theta, end, rtol=rtol, atol=tolerance,
                                          max_steps=_max_steps(max_evaluations), blowup=limit)
         raise_native_failure(model, theta, (start, end), info, limit)
-        return tau, which
+        return tau, which, info["state"]
 
     return locate

@@ -31,7 +31,7 @@ def _check(code):
 
 
 def sbml_model(species, parameters, reactions=(), rate_rules=(), events=()):
-    """SBML L3V1 text.
+    """SBML L3V1 text (the compartment ``cell`` is constant unless an event sets it).
 
     Parameters
     ----------
@@ -50,10 +50,11 @@ def sbml_model(species, parameters, reactions=(), rate_rules=(), events=()):
     model = document.createModel()
     model.setId("written_by_a_test")
     compartment = model.createCompartment()
-    for call in (compartment.setId("cell"), compartment.setSize(1.0),
-                 compartment.setConstant(True), compartment.setSpatialDimensions(3)):
-        _check(call)
     assigned = {v for e in events for v in e["assignments"]}
+    for call in (compartment.setId("cell"), compartment.setSize(1.0),
+                 compartment.setConstant("cell" not in assigned),
+                 compartment.setSpatialDimensions(3)):
+        _check(call)
     for name, amount in species.items():
         s = model.createSpecies()
         for call in (s.setId(name), s.setCompartment("cell"), s.setInitialAmount(amount),

@@ -108,22 +108,28 @@ def test_a_trigger_that_cannot_be_compiled_is_located_on_the_dense_output():
                                atol=1e-9)
 
 
+def _central_differences(model, theta, options, h=1e-6):
+    """d states(TIMES) / d [X0, theta] by central differences (steps h, relative above 1)."""
+    z = np.concatenate([X0, theta])
+    columns = []
+    for j in range(z.size):
+        step = h * max(1.0, abs(z[j]))
+        up, down = z.copy(), z.copy()
+        up[j] += step
+        down[j] -= step
+        columns.append((forward_trajectory(model, up[2:], up[:2], 0.0, TIMES, **options).states
+                        - forward_trajectory(model, down[2:], down[:2], 0.0, TIMES,
+                                             **options).states) / (2 * step))
+    return np.stack(columns, axis=-1)
+
+
 @pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
 def test_sensitivities_across_state_triggered_events_match_central_differences(integrator):
     model = Refilled()
     options = {"integrator": integrator, "rtol": 1e-11, "atol": 1e-12}
     traj = forward_trajectory(model, THETA, X0, 0.0, TIMES, **options)
     S = sensitivities(model, THETA, traj, with_x0=True)
-    z = np.concatenate([X0, THETA])
-    numeric = np.empty_like(S)
-    for j in range(z.size):
-        h = 1e-6 * max(1.0, abs(z[j]))
-        up, down = z.copy(), z.copy()
-        up[j] += h
-        down[j] -= h
-        numeric[..., j] = (forward_trajectory(model, up[2:], up[:2], 0.0, TIMES, **options)
-                           .states - forward_trajectory(model, down[2:], down[:2], 0.0, TIMES,
-                                                        **options).states) / (2 * h)
+    numeric = _central_differences(model, THETA, options)
     # the refill times are located to ~1e-11 on each side: the quotient carries ~1e-11 /
     # 1e-6 = 1e-5 absolute; the sensitivities reach ~27 (y after several refills)
     np.testing.assert_allclose(S, numeric, atol=1e-4)
@@ -268,3 +274,68 @@ def test_the_batched_trigger_values_equal_the_pointwise_ones():
     for event in (smooth, branching):
         pointwise = [event.value(t, x, THETA) for t, x in zip(times, X)]
         np.testing.assert_array_equal(event.values(times, X, THETA), pointwise)
+
+
+# ---- delayed events: x decays; where it falls to c a refill is ordered and arrives D
+# later (theta[3], estimated), setting x to r (a value fixed at the order: from the
+# trigger's time) or adding r to what is left then (from the jump's own time); y is
+# halved at the order's value of y (trigger time), so both kinds of value are exercised
+def _delayed_model(from_trigger_time):
+    if from_trigger_time:
+        assign = lambda t, x, th: torch.stack([th[2] + 0.0 * x[0], 0.5 * x[1]])  # noqa: E731
+    else:
+        assign = lambda t, x, th: torch.stack([x[0] + th[2], x[1]])  # noqa: E731
+
+    class DelayedRefill(ODEModel):
+        state_names = ("x", "y")
+        param_names = ("k", "c", "r", "D")
+        events = (Event(lambda t, x, th: th[1] - x[0], assign, name="order",
+                        delay=lambda th: th[3],
+                        use_values_from_trigger_time=from_trigger_time,
+                        targets=(0, 1) if from_trigger_time else None),)
+
+        def rhs(self, t, x, theta):
+            return torch.stack([-theta[0] * x[..., 0], x[..., 0] - 0.3 * x[..., 1]], dim=-1)
+
+    return DelayedRefill()
+
+
+DELAYED = np.array([0.5, 1.0, 3.0, 0.7])  # k, c, r, D
+
+
+def _delayed_x_by_hand(t, k, c, r, D, x0, from_trigger_time):
+    start, x = 0.0, x0
+    while True:
+        order = start + np.log(x / c) / k  # x reaches c (x > c at every start here)
+        arrival = order + D
+        if t <= arrival:
+            return x * np.exp(-k * (t - start))
+        left = c * np.exp(-k * D)
+        x, start = (r if from_trigger_time else left + r), arrival
+
+
+@pytest.mark.parametrize("from_trigger_time", [True, False])
+@pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
+def test_a_delayed_event_jumps_its_delay_after_the_trigger(integrator, from_trigger_time):
+    model = _delayed_model(from_trigger_time)
+    X = simulate(model, DELAYED, X0, TIMES, t0=0.0, integrator=integrator, rtol=1e-10,
+                 atol=1e-12)
+    expected = [_delayed_x_by_hand(t, *DELAYED, X0[0], from_trigger_time) for t in TIMES]
+    # as the refills above: trigger times located to ~1e-10, segments at rtol 1e-10
+    np.testing.assert_allclose(X[:, 0], expected, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("from_trigger_time", [True, False])
+@pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
+def test_sensitivities_across_a_delayed_event_match_central_differences(integrator,
+                                                                        from_trigger_time):
+    model = _delayed_model(from_trigger_time)
+    options = {"integrator": integrator, "rtol": 1e-11, "atol": 1e-12}
+    traj = forward_trajectory(model, DELAYED, X0, 0.0, TIMES, **options)
+    S = sensitivities(model, DELAYED, traj, with_x0=True)
+    numeric = _central_differences(model, DELAYED, options)
+    # as the undelayed refills: event times to ~1e-11 each side, ~1e-5 in the quotient
+    np.testing.assert_allclose(S, numeric, atol=1e-4)
+    # the delay reaches x only through the jump's time: after the first arrival dx/dD is
+    # k x (the refill starts decaying later), far from zero
+    assert np.max(np.abs(S[TIMES > 3.5, 0, 5])) > 0.3

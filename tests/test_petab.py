@@ -536,7 +536,7 @@ def test_unsupported_features_are_named(small_problem, tmp_path):
     (tmp_path / "measurements.tsv").write_text((small_problem / "measurements.tsv").read_text())
     event = SBML.replace("</listOfReactions>", """</listOfReactions>
   <listOfEvents><event useValuesFromTriggerTime="true"><trigger initialValue="false"
-     persistent="true"><math xmlns="http://www.w3.org/1998/Math/MathML"><apply><gt/>
+     persistent="false"><math xmlns="http://www.w3.org/1998/Math/MathML"><apply><gt/>
      <csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>
      <cn>1</cn></apply></math></trigger><delay><math
      xmlns="http://www.w3.org/1998/Math/MathML"><cn>0.5</cn></math></delay>
@@ -544,8 +544,9 @@ def test_unsupported_features_are_named(small_problem, tmp_path):
      variable="A"><math xmlns="http://www.w3.org/1998/Math/MathML"><cn>0</cn></math>
      </eventAssignment></listOfEventAssignments></event></listOfEvents>""")
     (tmp_path / "model.xml").write_text(event)
-    # a delayed jump of the state (tests/test_petab_events.py: the events supported)
-    with pytest.raises(UnsupportedFeature, match="the delay of event .* makes the state jump"):
+    # a delayed jump whose trigger is not persistent (tests/test_petab_events.py: the
+    # events supported)
+    with pytest.raises(UnsupportedFeature, match="the delay of event .* not persistent"):
         sk_petab.load(tmp_path / "problem.yaml")
 
 

@@ -100,6 +100,25 @@ def test_the_gradient_across_the_events_matches_central_differences(problem_path
     assert abs(grad[1]) > 1.0
 
 
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_an_event_time_that_is_estimated_moves_with_its_sensitivity(tmp_path, integrator):
+    # T1 estimated: the events that set u (at T1 and at 5) become jumps of a state u
+    # (a switch's time has no sensitivity; a jump's has)
+    from test_petab import _gradients_and_central_differences, _posed
+
+    problem = sk_petab.load(_write(tmp_path / "moving", estimate_T1=True))
+    assert "u_state" in problem.model.state_names and len(problem.model.events) == 2
+    predicted = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)[0][:, 0]
+    # as the switches: the solves restart at each event, within their tolerance
+    np.testing.assert_allclose(predicted, [_x(t) for t in TIMES], rtol=1e-7)
+    objective, u0 = _posed(problem, integrator=integrator, rtol=1e-11, atol=1e-12)
+    grad, _, numeric = _gradients_and_central_differences(objective, u0, 1e-6)
+    # the time located exactly (a time trigger); as the jumps' test
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-3)
+    # X' jumps by a at T1: the cost depends on T1 (data at 2.5 and 3 after it)
+    assert abs(grad[list(problem.parameter_names).index("T1")]) > 1.0
+
+
 def test_a_fit_across_events_recovers_the_parameters(problem_path):
     problem = sk_petab.load(problem_path)
     est = problem.estimator(n_starts=2, random_state=0, theta0=np.array([0.3, 0.5]))
@@ -217,14 +236,128 @@ def test_a_trigger_combining_comparisons_fires_where_all_hold(tmp_path, integrat
 @pytest.mark.parametrize("events, estimate_T1, message", [
     ([{"trigger": "X == 3", "assignments": {"X": "0"}}], False,
      "not equalities"),
-    ([{"trigger": "X > 3", "delay": "1", "assignments": {"X": "0"}}], False,
-     "the delay of event .* makes the state jump"),
-    ([{"trigger": "X > 3", "assignments": {"u": "1"}}], False,
-     "assigns the parameter 'u' at a trigger on the state"),
-    (EVENTS, True, r"depends on the estimated parameter\(s\) \['T1'\]"),
+    ([{"trigger": "X > 3", "delay": "1", "persistent": False, "assignments": {"X": "0"}}],
+     False, "the delay of event .* whose trigger is not persistent"),
+    ([{"trigger": "X > 3", "delay": "X", "assignments": {"X": "0"}}], False,
+     "the delay of event .* which depends on the state"),
 ])
 def test_events_the_import_cannot_state_are_refused_by_name(tmp_path, events, estimate_T1,
                                                             message):
     path = _write(tmp_path / "refused", events=events, estimate_T1=estimate_T1)
     with pytest.raises(UnsupportedFeature, match=message):
         sk_petab.load(path)
+
+
+# ---- a delayed jump: where X falls below c, a refill is ordered and arrives D later,
+# X + d evaluated at the order (useValuesFromTriggerTime: X = c + d on arrival) or at the
+# arrival (X = c exp(-k D) + d); D estimated
+DELAYED = {"k": 0.5, "c": 1.0, "d": 2.0, "D": 0.7}
+
+
+def _delayed_x(t, k, c, d, D, from_trigger_time, x0=4.0):
+    start, x = 0.0, x0
+    while True:
+        arrival = start + np.log(x / c) / k + D  # x > c at every start here
+        if t <= arrival:
+            return x * np.exp(-k * (t - start))
+        x, start = (c + d) if from_trigger_time else c * np.exp(-k * D) + d, arrival
+
+
+def _write_delayed(folder, from_trigger_time):
+    sbml = sbml_model(
+        species={"X": 4.0}, parameters=DELAYED, reactions=[(["X"], [], "k * X")],
+        events=[{"trigger": "X < c", "delay": "D", "assignments": {"X": "X + d"},
+                 "use_values_from_trigger_time": from_trigger_time}])
+    rng = np.random.default_rng(3)
+    return write_problem(
+        folder, sbml,
+        parameters=[(n, "lin", 0.01, 20, v, 1) for n, v in DELAYED.items()],
+        observables=[("obs_X", "X", "noiseParameter1_obs_X")],
+        measurements=[("obs_X", "c0", _delayed_x(t, **DELAYED,
+                                                 from_trigger_time=from_trigger_time)
+                       + SIGMA * rng.standard_normal(), t, SIGMA) for t in JUMP_TIMES])
+
+
+@pytest.mark.parametrize("from_trigger_time", [True, False])
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_a_delayed_sbml_event_simulates_and_differentiates_as_by_hand(tmp_path, integrator,
+                                                                      from_trigger_time):
+    from test_petab import _gradients_and_central_differences, _posed
+
+    problem = sk_petab.load(_write_delayed(tmp_path / "delayed", from_trigger_time))
+    predicted = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)[0][:, 0]
+    expected = [_delayed_x(t, **DELAYED, from_trigger_time=from_trigger_time)
+                for t in JUMP_TIMES]
+    # as the undelayed jumps: the orders located to ~1e-10
+    np.testing.assert_allclose(predicted, expected, rtol=1e-8)
+    objective, u0 = _posed(problem, theta0=problem.theta(problem.nominal * 1.02),
+                           integrator=integrator, rtol=1e-11, atol=1e-12)
+    grad, from_jacobian, numeric = _gradients_and_central_differences(objective, u0, 1e-6)
+    # as the undelayed jumps (no arrival within h of an observation time)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(from_jacobian, numeric, rtol=1e-4, atol=1e-3)
+    # the delay reaches the cost only through the arrival times
+    assert abs(grad[list(problem.parameter_names).index("D")]) > 1.0
+
+
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_a_parameter_set_at_a_state_trigger_becomes_a_state(tmp_path, integrator):
+    # X' = u - k X, u = 0 until X falls to c, then u = a (a treatment starts): X relaxes
+    # to a / k from c; the observable u reads the parameter's current value
+    values = {"k": 0.5, "c": 1.0, "a": 2.0, "u": 0.0}
+    sbml = sbml_model(species={"X": 4.0}, parameters=values,
+                      reactions=[(["X"], [], "k * X"), ([], ["X"], "u")],
+                      events=[{"trigger": "X < c", "assignments": {"u": "a"}}])
+    tau = np.log(4.0 / values["c"]) / values["k"]
+
+    def by_hand(t, k, c, a, **_):
+        tau = np.log(4.0 / c) / k
+        return 4.0 * np.exp(-k * t) if t < tau else a / k + (c - a / k) * np.exp(
+            -k * (t - tau))
+
+    path = write_problem(
+        tmp_path / "treated", sbml,
+        parameters=[(n, "lin", 0.01, 20, v, int(n != "u")) for n, v in values.items()],
+        observables=[("obs_X", "X", "noiseParameter1_obs_X"), ("obs_u", "u", "1")],
+        measurements=[("obs_X", "c0", by_hand(t, **values), t, SIGMA) for t in JUMP_TIMES]
+        + [("obs_u", "c0", 0.0, 1.0, None), ("obs_u", "c0", values["a"], 5.0, None)])
+    problem = sk_petab.load(path)
+    assert "u_state" in problem.model.state_names
+    predicted = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)[0]
+    times = np.union1d(JUMP_TIMES, [1.0, 5.0])  # the rows: every measured time
+    # u is 0 before the trigger (tau = 2.77) and a after: exactly
+    np.testing.assert_array_equal(predicted[:, 1], np.where(times < tau, 0.0, values["a"]))
+    # as the jumps above: the trigger located to ~1e-10
+    np.testing.assert_allclose(predicted[:, 0], [by_hand(t, **values) for t in times],
+                               rtol=1e-8)
+    from test_petab import _gradients_and_central_differences, _posed
+
+    objective, u0 = _posed(problem, theta0=problem.theta(problem.nominal * 1.02),
+                           integrator=integrator, rtol=1e-11, atol=1e-12)
+    grad, _, numeric = _gradients_and_central_differences(objective, u0, 1e-6)
+    # as the jumps above
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_a_compartment_that_grows_at_an_event_dilutes_its_concentrations(tmp_path,
+                                                                         integrator):
+    # d[X]/dt = -k X / cell (the law is an amount per time): at t = 2 the cell doubles,
+    # the amount stays (X halves) and the decay slows to k / 2
+    k = 0.5
+    sbml = sbml_model(species={"X": 4.0}, parameters={"k": k},
+                      reactions=[(["X"], [], "k * X")],
+                      events=[{"trigger": "time >= 2", "assignments": {"cell": "2"}}])
+
+    def by_hand(t):
+        return 4.0 * np.exp(-k * t) if t <= 2 else 2.0 * np.exp(-2 * k) * np.exp(
+            -k / 2 * (t - 2))
+
+    path = write_problem(
+        tmp_path / "grown", sbml, parameters=[("k", "lin", 0.01, 20, k, 1)],
+        observables=[("obs_X", "X", "noiseParameter1_obs_X")],
+        measurements=[("obs_X", "c0", by_hand(t), t, SIGMA) for t in JUMP_TIMES])
+    problem = sk_petab.load(path)
+    predicted = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)[0][:, 0]
+    # the event time is exact (a time trigger); segments at rtol 1e-10
+    np.testing.assert_allclose(predicted, [by_hand(t) for t in JUMP_TIMES], rtol=1e-8)

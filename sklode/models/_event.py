@@ -7,6 +7,12 @@ state (:func:`sklode._events.solve_across_events`); the sensitivities jump there
 standard rule for a state-dependent discontinuity, the event time's own sensitivity included
 (``sklode.outputerror._sensitivity``), which needs the derivatives of ``g`` and of
 ``assign``: this class gives them by torch's autograd of the two functions.
+
+A **delayed** event (``delay``) fires where its trigger rises but jumps ``delay`` later,
+with the values ``assign`` gives at the trigger's time (SBML's ``useValuesFromTriggerTime``,
+the default: only its ``targets`` take them, the other states go on) or at the jump's own.
+Its firing time moves with the trigger's and with the delay's parameters, and the
+sensitivities carry both.
 """
 
 from __future__ import annotations
@@ -41,6 +47,15 @@ class Event:
         trigger has stopped holding and holds again; with False it fires at the start.
     name : str, default=""
         Shown in messages.
+    delay : float or callable, default=None
+        The time from the trigger's crossing to the jump: a number, or ``delay(theta) ->
+        tensor`` (a scalar, in torch operations, >= 0). None: the jump is at the crossing.
+    use_values_from_trigger_time : bool, default=True
+        For a delayed event, whether the jump takes the values ``assign`` gives at the
+        trigger's time (then only ``targets`` change at the jump) or at the jump's time.
+    targets : sequence of int, default=None
+        The states ``assign`` sets (the others it returns as they are). Needed only for a
+        delayed event with values from the trigger's time; None: every state.
 
     Examples
     --------
@@ -54,11 +69,15 @@ class Event:
     -1.99999999
     """
 
-    def __init__(self, trigger, assign, initial_value=True, name=""):
+    def __init__(self, trigger, assign, initial_value=True, name="", delay=None,
+                 use_values_from_trigger_time=True, targets=None):
         self.trigger = trigger
         self.assign = assign
         self.initial_value = bool(initial_value)
         self.name = name
+        self.delay = delay
+        self.use_values_from_trigger_time = bool(use_values_from_trigger_time)
+        self.targets = None if targets is None else tuple(int(i) for i in targets)
 
     def __repr__(self):
         return f"Event({self.name!r})" if self.name else "Event()"
@@ -191,3 +210,55 @@ class Event:
             lambda *args: torch.as_tensor(self.assign(*args), dtype=torch.float64)
             .reshape(-1), inputs)
         return (jac[0].numpy().reshape(-1), jac[1].numpy(), jac[2].numpy())
+
+    def delay_value(self, theta):
+        """The delay from the trigger to the jump (0.0 without one).
+
+        Parameters
+        ----------
+        theta : array-like of shape (n_params,)
+            The parameters.
+
+        Returns
+        -------
+        float
+            The delay at ``theta``.
+
+        Raises
+        ------
+        ValueError
+            Where the delay is negative or not finite.
+        """
+        if self.delay is None:
+            return 0.0
+        if callable(self.delay):
+            with torch.no_grad():
+                value = float(self.delay(_tensors(0.0, [], theta)[2]))
+        else:
+            value = float(self.delay)
+        if not np.isfinite(value) or value < 0.0:
+            raise ValueError(f"The delay of event {self.name or repr(self)!r} is {value:g} at "
+                             "these parameters: a delay must be finite and >= 0.")
+        return value
+
+    def delay_derivative(self, theta):
+        """``d delay / d theta``.
+
+        Parameters
+        ----------
+        theta : array-like of shape (n_params,)
+            Where to differentiate.
+
+        Returns
+        -------
+        ndarray of shape (n_params,)
+            Zero for a constant delay.
+        """
+        theta = _tensors(0.0, [], theta)[2].requires_grad_()
+        if not callable(self.delay):
+            return np.zeros(theta.numel())
+        value = self.delay(theta)
+        if not torch.is_tensor(value) or not value.requires_grad:  # a constant delay
+            return np.zeros(theta.numel())
+        (grad,) = torch.autograd.grad(value, (theta,), allow_unused=True)
+        return np.zeros(theta.numel()) if grad is None else grad.detach().numpy().copy()

@@ -438,7 +438,8 @@ class NativeSolver:
         which : list of int
             The events whose triggers cross there.
         info : dict
-            As :meth:`__call__`'s.
+            As :meth:`__call__`'s, and ``state``: the state at ``tau`` (at ``t_end`` where
+            no trigger crosses).
         """
         n = self.n_states
         stop, fired, info = np.empty(1 + n), np.zeros(max(self.n_events, 1)), np.zeros(4 + n)
@@ -450,7 +451,8 @@ class NativeSolver:
         failure = (None, "blowup", "nonfinite", "cvodes")[int(info[3])] if flag else None
         result = {"t_reached": float(info[0]), "n_rhs": int(info[1]), "n_steps": int(info[2]),
                   "flag": int(flag), "failure": failure,
-                  "x_nonfinite": info[4:].copy() if failure == "nonfinite" else None}
+                  "x_nonfinite": info[4:].copy() if failure == "nonfinite" else None,
+                  "state": stop[1:].copy()}
         which = [int(k) for k in np.flatnonzero(fired[:self.n_events])]
         return (float(stop[0]) if which else None), which, result
 

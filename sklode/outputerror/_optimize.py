@@ -355,8 +355,11 @@ def _gradient_method(objective, u0, optimizer, gradient, bounds, tol, max_iter, 
     # A line search that fails ("precision loss") once the gradient has dropped by 1e-5 has hit
     # the accuracy of a cost computed by an ODE solver, not a wrong turn: the seed reports the
     # same floor for CG ("does not admit eps < 1e-5"). Count it as converged.
+    # On a bound, the gradient's component that pushes out of the box is not a descent
+    # direction: the test reads the projected gradient (zero there).
     converged = bool(res.success) or bool(
-        np.linalg.norm(res.jac) <= _LINE_SEARCH_FLOOR * np.linalg.norm(g0))
+        np.linalg.norm(_projected(res.jac, res.x, bounds))
+        <= _LINE_SEARCH_FLOOR * np.linalg.norm(_projected(g0, u0, bounds)))
     reason = str(res.message)
     if not converged and res.nit >= max_iter:
         reason = f"max_iter={max_iter} reached ({reason})"
@@ -455,3 +458,15 @@ class _OnBox:
     def safe_value_and_grad(self, w, method="adjoint"):
         value, grad = self._objective.safe_value_and_grad(self._box.to_u(w), method)
         return value, grad * self._box.du_dw(w)
+
+
+def _projected(g, u, bounds):
+    """The gradient ``g`` at ``u`` without the components that push out of ``bounds``
+    (a pair of arrays, or None) where ``u`` lies on one."""
+    g = np.array(g, dtype=np.float64)
+    if bounds is None:
+        return g
+    lower, upper = (np.broadcast_to(np.asarray(b, dtype=np.float64), g.shape) for b in bounds)
+    g[(u <= lower) & (g > 0)] = 0.0
+    g[(u >= upper) & (g < 0)] = 0.0
+    return g

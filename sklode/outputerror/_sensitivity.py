@@ -452,7 +452,7 @@ def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, 
         S = np.empty((t_obs.size, n, n + p))
         S[~after] = D
         firings = iter(fired)
-        if fired and fired[0][0] == t0:  # events at the start: their time does not move
+        if fired and fired[0].time == t0:  # events at the start: their time does not move
             D = _jump_sensitivities(model, events, theta, next(firings), D, fixed=True)
         for traj, inside, index in pieces:
             part = sensitivities(model, theta, traj, with_x0=True)  # in its start, theta
@@ -479,22 +479,36 @@ def _jump_sensitivities(model, events, theta, firing, S_before, fixed=False):
     before: for each event's jump ``x+ = h(tau, x-, theta)`` at a time ``tau`` where the
     trigger ``g`` crosses zero, ``S+ = h_x S- + h_theta + (h_x f- + h_t - f+) dtau``, with
     ``dtau = -(g_x S- + g_theta) / (g_x f- + g_t)`` (zero where the time is ``fixed``, as
-    a dose's); a dose adds a constant, which leaves ``S`` as it is."""
-    tau, which, x_before, _ = firing
+    a dose's); a dose adds a constant, which leaves ``S`` as it is.
+
+    A delayed event keeps, where its trigger rises, the derivative of its jump's time
+    (``dtau`` plus the delay's) and, where it assigns values taken there, theirs
+    (``h_x (S- + f- dtau) + h_t dtau + h_theta``); its jump, later, sets its targets'
+    rows to those and moves the others by ``(f- - f+) dtime``, as a jump at a known time.
+    """
+    tau, which, x_before = firing.time, firing.which, firing.before
     n = x_before.size
     f = lambda x: model.f(tau, x[None, :], theta)[0]  # noqa: E731
     dtau = np.zeros(S_before.shape[1])
-    if not fixed and which:  # (a dose alone: a fixed time, a constant added)
-        g_t, g_x, g_theta = events[which[0]].value_derivatives(tau, x_before, theta)
+    rising = list(which) + [entry.k for entry in firing.scheduled]
+    if not fixed and rising:  # (a dose alone: a fixed time, a constant added)
+        g_t, g_x, g_theta = events[rising[0]].value_derivatives(tau, x_before, theta)
         rate = float(g_x @ f(x_before) + g_t)
         if not np.isfinite(rate) or rate == 0.0:
             raise IntegrationError(
-                f"The trigger of event {events[which[0]].name or which[0]!r} touches zero "
+                f"The trigger of event {events[rising[0]].name or rising[0]!r} touches zero "
                 f"at t={tau:g} without crossing it: its time has no derivative there.",
                 t_reached=tau)
         dtau = -(g_x @ S_before)
         dtau[n:] -= g_theta
         dtau /= rate
+    for entry in firing.scheduled:  # what its later jump needs from here
+        entry.dtime = dtau.copy()
+        entry.dtime[n:] += entry.event.delay_derivative(theta)
+        if entry.values is not None:
+            h_t, h_x, h_theta = entry.event.jump_derivatives(tau, x_before, theta)
+            entry.dvalues = h_x @ S_before + np.outer(h_x @ f(x_before) + h_t, dtau)
+            entry.dvalues[:, n:] += h_theta
     x, S = x_before, S_before
     for k in which:
         h_t, h_x, h_theta = events[k].jump_derivatives(tau, x, theta)
@@ -502,6 +516,19 @@ def _jump_sensitivities(model, events, theta, firing, S_before, fixed=False):
         S_next = h_x @ S
         S_next[:, n:] += h_theta
         S_next += np.outer(h_x @ f(x) + h_t - f(after), dtau)
+        x, S = after, S_next
+    for entry in firing.due:
+        after = entry.apply(x, theta)
+        if entry.values is None:  # a jump of values at its own (moving) time
+            h_t, h_x, h_theta = entry.event.jump_derivatives(tau, x, theta)
+            S_next = h_x @ S
+            S_next[:, n:] += h_theta
+            S_next += np.outer(h_x @ f(x) + h_t - f(after), entry.dtime)
+        else:
+            S_next = S + np.outer(f(x), entry.dtime)
+            targets = entry.targets(n)
+            S_next[targets] = entry.dvalues[targets]
+            S_next -= np.outer(f(after), entry.dtime)
         x, S = after, S_next
     return S
 

@@ -15,14 +15,20 @@ fire at the same time apply in the order of their priorities (constant numbers; 
 first), else in document order: the last one's value holds.
 
 Every other event is a **jump** of the state (:class:`sklode.models.Event`): its trigger, a
-single comparison ``a > b`` (or ``>=``, ``<``, ``<=``) of anything, fires where ``a - b`` (or
-``b - a``) crosses zero from below; its assignments set states (species and rate-rule
-targets) to values of the state and parameters just before it. The solves locate the
-crossing and the sensitivities jump there, the event time's own sensitivity included. An
-event that assigns a variable some jump event assigns is a jump too.
+comparison ``a > b`` (or ``>=``, ``<``, ``<=``) of anything, or an ``and``, ``or``, ``not`` of
+comparisons, fires where ``a - b`` (or ``b - a``; the smallest, largest, negated of the
+parts') crosses zero from below; its assignments set states (species and rate-rule targets)
+to values of the state and parameters just before it. A parameter or compartment that a
+jump sets becomes a state whose derivative is zero (the caller, :mod:`._sbml`; a compartment
+that changes size carries the concentrations in it, whose amounts stay). A delay free of the
+state makes the jump come that long after the trigger rises, with the values at the
+trigger's time (``useValuesFromTriggerTime``) or at its own. The solves locate the crossing
+and the sensitivities jump there, the event time's own sensitivity included. An event that
+assigns a variable some jump event assigns is a jump too; so is an event that sets a
+compartment, and one whose time reads a parameter that will be estimated.
 
-Refused with the reason: a trigger that combines comparisons (``and``, ``or``), a delayed
-jump, a jump that assigns a parameter, a priority that is not a number.
+Refused with the reason: a trigger that is an equality, a delay that reads the state, a
+delayed jump whose trigger is not persistent, a priority that is not a number.
 """
 
 from __future__ import annotations
@@ -65,7 +71,8 @@ def _jump_function(condition, sp):
     return None
 
 
-def event_switches(model, math, sym, time, sp, *, states, derivatives, parameters):
+def event_switches(model, math, sym, time, sp, *, states, derivatives, parameters,
+                   compartments=(), moving=()):
     """The variables the model's time events set, as piecewise functions of time, and the
     other events as jumps.
 
@@ -84,6 +91,12 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
         Each state's derivative (before assignment rules are substituted).
     parameters : dict
         The parameters no rule sets.
+    compartments : collection of str
+        The compartments' ids: an event that sets one is a jump (the concentrations in it
+        jump too, which a switch in time would not do).
+    moving : collection of str
+        Parameters that will be estimated: an event whose time reads one is a jump (the
+        sensitivity of a switch's time is not computed; a jump's is).
 
     Returns
     -------
@@ -94,7 +107,10 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
         sensitivities of a switch time are not computed).
     jumps : list of dict
         The jump events, in the order they apply when they fire together: ``trigger`` (the
-        sympy ``g``), ``assignments`` ({state: sympy value}), ``initial_value``, ``name``.
+        sympy ``g``), ``assignments`` ({variable: sympy value}; a variable that is not a
+        state, a parameter or compartment, the caller makes a state), ``initial_value``,
+        ``name``, ``delay`` (a sympy expression of parameters, or None) and
+        ``use_values_from_trigger_time``.
     """
     events = []
     state_symbols = {sym(s) for s in states}
@@ -127,6 +143,9 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
                                                    f"{target!r}")
         events.append({"T": T, "delay": delay, "priority": priority, "k": k, "name": name,
                        "initial_value": bool(trigger.getInitialValue()),
+                       "persistent": not trigger.isSetPersistent() or trigger.getPersistent(),
+                       "use_values": not event.isSetUseValuesFromTriggerTime()
+                       or event.getUseValuesFromTriggerTime(),
                        "condition": condition, "assignments": assignments})
 
     # which events jump: a trigger on the state, a target that changes otherwise, a value
@@ -138,7 +157,9 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
             derivatives.get(v, sp.Integer(0)) != 0 if v in states else v not in parameters)]
         e["jump"] = e["T"] is None or bool(changing) or any(
             value.free_symbols & (state_symbols | targets | {time})
-            for value in e["assignments"].values())
+            for value in e["assignments"].values()) or any(
+            v in compartments for v in e["assignments"]) or any(
+            s.name in moving for s in (e["T"] + (e["delay"] or 0)).free_symbols)
     while True:
         jumped = {v for e in events if e["jump"] for v in e["assignments"]}
         spread = [e for e in events if not e["jump"] and jumped & set(e["assignments"])]
@@ -155,16 +176,14 @@ def event_switches(model, math, sym, time, sp, *, states, derivatives, parameter
             raise UnsupportedFeature(
                 f"the SBML event {name!r} triggered by {e['condition']} (comparisons with "
                 "<, <=, >, >= and their and, or, not are supported, not equalities)")
-        if e["delay"] is not None and e["delay"] != 0:
-            raise UnsupportedFeature(f"the delay of event {name!r}, an event that makes the "
-                                     "state jump")
-        for target in e["assignments"]:
-            if target not in states:
-                raise UnsupportedFeature(
-                    f"the SBML event {name!r} assigns the parameter {target!r} at a trigger "
-                    "on the state (only states jump; a parameter set at a time is supported)")
+        delay = e["delay"] if e["delay"] is not None and e["delay"] != 0 else None
+        if delay is not None and not e["persistent"]:
+            raise UnsupportedFeature(
+                f"the delay of event {name!r}, whose trigger is not persistent (a jump "
+                "cancelled where the trigger stops holding before the delay has passed)")
         jumps.append({"trigger": g, "assignments": e["assignments"],
-                      "initial_value": e["initial_value"], "name": name})
+                      "initial_value": e["initial_value"], "name": name, "delay": delay,
+                      "use_values_from_trigger_time": e["use_values"]})
 
     switching = [e for e in events if not e["jump"]]
     for e in switching:

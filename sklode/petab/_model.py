@@ -59,7 +59,7 @@ _NAMESPACE = {"torch": torch, "math": math, "_stack": _stack, "_maximum": _maxim
 
 def _events_of(namespace):
     """The :class:`~sklode.models.Event` objects of the generated ``event_triggers``,
-    ``event_assign_<k>`` and ``EVENTS`` (none without them)."""
+    ``event_assign_<k>``, ``event_delays`` and ``EVENTS`` (none without them)."""
     triggers = namespace.get("event_triggers")
     if triggers is None:
         return ()
@@ -67,9 +67,16 @@ def _events_of(namespace):
     def trigger_of(k):
         return lambda t, x, theta: triggers(t, x, theta)[..., k]
 
+    delays = namespace.get("event_delays")
+
+    def delay_of(k):
+        return lambda theta: delays(theta)[..., k]
+
     return tuple(Event(trigger_of(k), namespace[f"event_assign_{k}"], initial_value=initial,
-                       name=name)
-                 for k, (initial, name) in enumerate(namespace["EVENTS"]))
+                       name=name, delay=delay_of(k) if delayed else None,
+                       use_values_from_trigger_time=from_trigger, targets=targets)
+                 for k, (initial, name, delayed, from_trigger, targets)
+                 in enumerate(namespace["EVENTS"]))
 
 
 class GeneratedModel(ODEModel):

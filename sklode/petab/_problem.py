@@ -365,9 +365,11 @@ def _offsets_jacobian_source(offsets, symbols, theta_reads):
 
 def _jump_events_source(ode, in_model_terms, z, offsets, displaced, reads):
     """The source of the events that make the state jump: ``event_triggers`` (each
-    trigger's ``g``), ``event_assign_<k>`` (the whole state after event ``k``) and
-    ``EVENTS`` (each one's ``(initial_value, name)``), which :class:`GeneratedModel` turns
-    into :class:`sklode.models.Event`; empty without them."""
+    trigger's ``g``), ``event_assign_<k>`` (the whole state after event ``k``),
+    ``event_delays`` (where an event has a delay: each one's, 0 for the others) and
+    ``EVENTS`` (each one's ``(initial_value, name, delayed, use_values_from_trigger_time,
+    targets)``), which :class:`GeneratedModel` turns into :class:`sklode.models.Event`;
+    empty without them."""
     from ._codegen import function_source
 
     if not ode.jumps:
@@ -385,8 +387,15 @@ def _jump_events_source(ode, in_model_terms, z, offsets, displaced, reads):
                 new.append(z[s])
         source += "\n" + function_source(f"event_assign_{k}", "t, x, theta", new, reads,
                                          "x.shape[:-1]")
-    source += "\nEVENTS = " + repr(tuple((bool(j["initial_value"]), str(j["name"]))
-                                         for j in ode.jumps)) + "\n"
+    delays = [j["delay"] for j in ode.jumps]
+    if any(d is not None for d in delays):  # free of the state: read theta only
+        source += "\n" + function_source("event_delays", "theta", [
+            in_model_terms(d) if d is not None else 0 for d in delays], reads, "()")
+    source += "\nEVENTS = " + repr(tuple(
+        (bool(j["initial_value"]), str(j["name"]), j["delay"] is not None,
+         bool(j["use_values_from_trigger_time"]),
+         tuple(i for i, s in enumerate(ode.states) if s in j["assignments"]))
+        for j in ode.jumps)) + "\n"
     return source
 
 
@@ -439,7 +448,10 @@ class _Builder:
         self.problem, self.path, self.sp, self.petab = problem, path, sp, petab
         self.sympify_petab = sympify_petab
         document = problem.model.sbml_document
-        self.ode = read_sbml(document)
+        table = problem.parameter_df
+        estimated = () if table is None or "estimate" not in table else [
+            p for p in table.index if int(table.loc[p, "estimate"]) == 1]
+        self.ode = read_sbml(document, moving=estimated)
         self.name = problem.model.model_id or path.stem
 
     def _formula(self, text, what):

@@ -21,9 +21,10 @@ What the ODE is, following the SBML specification (level 3, section 4) and what 
 Events that set a value at a time are piecewise functions of time, the others jumps of
 the state (:mod:`._events`).
 
-What is refused, with the feature named: events that combine comparisons, delay a jump or
-make a parameter jump, algebraic rules, fast reactions, delays,
-``rateOf``, a compartment whose size a rule changes, stoichiometries set by rules or math.
+What is refused, with the feature named: events whose trigger is an equality, whose delay
+reads the state or whose delayed trigger is not persistent, algebraic rules, fast reactions,
+delays (the ``delay`` function), ``rateOf``, a compartment whose size a rule changes,
+stoichiometries set by rules or math.
 """
 
 from __future__ import annotations
@@ -89,12 +90,15 @@ def _imports():
     return libsbml, sbmlmath, sympy
 
 
-def read_sbml(path_or_document):
+def read_sbml(path_or_document, moving=()):
     """The symbolic ODE of an SBML file (or a libsbml document).
 
     Parameters
     ----------
     path_or_document : str, os.PathLike or libsbml.SBMLDocument
+    moving : collection of str, default=()
+        Parameters that will be estimated: an event at a time that reads one is made a
+        jump (its time's sensitivity is then computed), not a switch in time.
 
     Returns
     -------
@@ -267,16 +271,23 @@ def read_sbml(path_or_document):
     # events that set a value at a time: the targets become piecewise functions of time
     switches, event_times, jumps = event_switches(
         model, math, sym, time, sp, states=states, derivatives=derivatives,
-        parameters=parameters)
+        parameters=parameters, compartments=set(compartments), moving=set(moving))
     switched = {sym(v): e for v, e in switches.items()}
     rhs = [substituted(derivatives[s]).xreplace(switched) for s in states]
     for jump in jumps:  # in states and parameters, as the field
         jump["trigger"] = substituted(jump["trigger"]).xreplace(switched)
         jump["assignments"] = {v: substituted(e).xreplace(switched)
                                for v, e in jump["assignments"].items()}
+        if jump["delay"] is not None:
+            jump["delay"] = substituted(jump["delay"]).xreplace(switched)
     assignments = {v: e.xreplace({sym(k): w for k, w in switches.items()})
                    for v, e in assignments.items()}
     assignments.update(switches)  # observables that name a target read its switch
+    promoted = _promote_jumped(jumps, states, rhs, initial, parameters, assignments,
+                               compartments, by_id, sym, sp)
+    if promoted:  # the field, the triggers, the values and the rules read the new states
+        assignments = {v: e.xreplace(promoted) for v, e in assignments.items()}
+        assignments.update({str(old): new for old, new in promoted.items()})
     known = {sym(n) for n in list(states) + list(parameters)} | {time}
     for name, expr in [*zip(states, rhs), *initial.items()]:
         unknown = expr.free_symbols - known
@@ -290,6 +301,56 @@ def read_sbml(path_or_document):
                        initial=[initial[s] for s in states], assignments=assignments,
                        time=time, symbols=symbols, event_times=event_times,
                        jumps=jumps)
+
+
+def _promote_jumped(jumps, states, rhs, initial, parameters, assignments, compartments, by_id,
+                    sym, sp):
+    """Make each parameter or compartment that a jump event sets a state (``<id>_state``,
+    zero derivative, the parameter's value as its initial value), in place; return
+    ``{parameter symbol: state symbol}``. The state starts at the parameter's value (or
+    its initial assignment).
+
+    The parameter itself stays an entry of theta (the PEtab tables name it), now the
+    state's initial value. A compartment that jumps carries its concentrations: their
+    amounts stay, so each species in it that the same event does not set is scaled by
+    ``size before / size after``."""
+    targets = list(dict.fromkeys(v for jump in jumps for v in jump["assignments"]
+                                 if v not in states))
+    promoted = {}
+    for v in targets:
+        if v in parameters:
+            start = sym(v)
+        elif v in assignments:  # (no rule may set an event's target): its initial
+            start = assignments[v]  # assignment, in parameters
+        else:
+            raise ValueError(f"An event assigns {v!r}, which is no species, parameter or "
+                             "compartment of the model.")
+        name = f"{v}_state"
+        while name in parameters or name in states or name in by_id:
+            name += "_"
+        promoted[sym(v)] = sym(name)
+        states.append(name)
+        rhs.append(sp.Integer(0))
+        initial[name] = start
+    if not promoted:
+        return promoted
+    rhs[:] = [e.xreplace(promoted) for e in rhs]
+    for jump in jumps:
+        if jump["delay"] is not None and jump["delay"].free_symbols & set(promoted):
+            raise UnsupportedFeature(f"the delay of event {jump['name']!r}, which reads "
+                                     "a variable that an event sets")
+        old = jump["assignments"]
+        new = {}
+        for v, value in old.items():
+            new[str(promoted.get(sym(v), v))] = value
+            if v in compartments:
+                for sid, s in by_id.items():
+                    if (s.getCompartment() == v and sid in states and sid not in old
+                            and not s.getHasOnlySubstanceUnits()):
+                        new.setdefault(sid, sym(sid) * sym(v) / value)
+        jump["assignments"] = {v: e.xreplace(promoted) for v, e in new.items()}
+        jump["trigger"] = jump["trigger"].xreplace(promoted)
+    return promoted
 
 
 def _refuse_unsupported(model):
