@@ -818,3 +818,29 @@ def test_cvodes_sensitivities_converge_past_webers_dose_from_its_18th_start():
     objective.set_policy(max_evaluations=20_000)  # a fit's step budget for trial points
     J = objective.jacobian(u0)  # raised IntegrationError with the simultaneous corrector
     assert np.all(np.isfinite(J)) and np.count_nonzero(J) > 0
+
+
+def test_an_observable_undefined_where_its_data_are_missing_leaves_the_gradient_finite(
+        tmp_path):
+    # A and B start at 0: the share A / (A + B) is 0/0 at t = 0, where it has no datum;
+    # obs_A, measured there, has a noise level that reads the observables. The reverse pass
+    # computes both at once and spread 0 x NaN into every derivative
+    # (Laske_PLOSComputBiol2019's NaN gradient at its nominal parameters)
+    from _petab_files import sbml_model, write_problem
+
+    sbml = sbml_model(species={"A": 0.0, "B": 0.0}, parameters={"ka": 1.0, "kb": 2.0},
+                      reactions=[([], ["A"], "ka"), ([], ["B"], "kb")])
+    path = write_problem(
+        tmp_path / "share", sbml,
+        parameters=[("ka", "log10", 1e-2, 1e2, 1.0, 1), ("kb", "log10", 1e-2, 1e2, 2.0, 1)],
+        observables=[("obs_A", "A", "0.1 + 0.1 * obs_A"), ("share", "A / (A + B)", "0.05")],
+        measurements=[("obs_A", "c0", 0.05, 0.0, None), ("obs_A", "c0", 1.1, 1.0, None),
+                      ("obs_A", "c0", 1.9, 2.0, None), ("share", "c0", 0.3, 1.0, None),
+                      ("share", "c0", 0.36, 2.0, None)])
+    problem = sk_petab.load(path)
+    objective, u0 = _posed(problem, rtol=1e-11, atol=1e-12)
+    grad, from_jacobian, numeric = _gradients_and_central_differences(objective, u0, 1e-6)
+    assert np.all(np.isfinite(grad)) and np.all(np.isfinite(from_jacobian))
+    # the states are linear in t: the solves are exact to rounding, the quotient to ~1e-9
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6)
+    np.testing.assert_allclose(from_jacobian, numeric, rtol=1e-6)

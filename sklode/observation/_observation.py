@@ -407,8 +407,8 @@ class Observation:
             if self.modelled_noise:
                 S, SH, ST = (f(self.t, H, theta) for f in noise)
                 s = S[:, cols]
-                sx = np.einsum("nmk,nkd->nmd", SH[:, cols], HX)
-                st = ST[:, cols] + np.einsum("nmk,nkp->nmp", SH[:, cols], HT)
+                sx = _chained(SH[:, cols], HX)
+                st = ST[:, cols] + _chained(SH[:, cols], HT)
             else:
                 s = self._sigma_or_ones().numpy()
                 sx, st = np.zeros_like(hx), np.zeros_like(ht)
@@ -535,7 +535,21 @@ class Observation:
             value = 0.5 * torch.sum(rows**2)
             gx, gtheta = torch.autograd.grad(value, (X, theta), allow_unused=True)
         gtheta = torch.zeros_like(theta) if gtheta is None else gtheta
-        return float(value.detach()), gx.numpy(), gtheta.detach().numpy()
+        value, gx, gtheta = float(value.detach()), gx.numpy(), gtheta.detach().numpy()
+        if not (np.isfinite(value) and np.all(np.isfinite(gx))
+                and np.all(np.isfinite(gtheta))):
+            # 0 x NaN in the reverse pass from an observable that no datum reads (a 0/0 of
+            # an assignment rule where its data are missing) computed beside those that
+            # are read (Laske_PLOSComputBiol2019 at t = 0): the residual and the Jacobians
+            # keep each row apart; their 1/2 r.r and J^T r are the value and gradient
+            X_np, theta_np = X.detach().numpy(), theta.detach().numpy()
+            r = self.residual(X_np, theta_np)
+            value = 0.5 * float(r @ r)
+            J_x, J_theta = self.jacobians(X_np, theta_np)
+            gx = np.zeros(X_np.shape)
+            np.add.at(gx, self.row_times(), J_x * r[:, None])
+            gtheta = J_theta.T @ r
+        return value, gx, gtheta
 
     def predicted(self, X, theta):
         """Predicted observables of the data's columns and their standard deviations.
@@ -603,3 +617,15 @@ class Observation:
             per = distribution_of(kind).without_constant(per, self.Y[observed, j])
             total += float(np.sum(per))
         return total
+
+
+def _chained(outer, inner):
+    """``einsum("nmk,nkd->nmd", outer, inner)`` where a zero of ``outer`` is a structural
+    zero: an observable the noise model does not read contributes nothing, even where its
+    own derivative is not finite (a 0/0 of an assignment rule at t = 0, Laske_PLOSComputBiol
+    2019: else 0 x NaN made every derivative of the noise NaN)."""
+    finite = np.isfinite(inner)
+    product = np.einsum("nmk,nkd->nmd", outer, np.where(finite, inner, 0.0))
+    reached = np.einsum("nmk,nkd->nmd", (outer != 0).astype(np.float64),
+                        (~finite).astype(np.float64)) > 0
+    return np.where(reached, np.nan, product)
