@@ -160,15 +160,17 @@ def write_markdown(results):
             "Starts drawn uniformly in the parameter table's bounds on each parameter's "
             "scale (`problem.starts(n, random_state=0)`); sklode: `problem.estimator(theta0="
             "start)` (AdjointODE with the estimator's defaults: `optimizer=\"fides\"`, "
-            "`max_iter=1000`, rtol 1e-8; `integrator=\"CVODES\"`, its default "
-            "where SUNDIALS is found: here Debian 12's SUNDIALS 6.4.1, CVODES' forward "
-            "sensitivities); pyPESTO: Fides with AMICI's forward sensitivities at rtol 1e-8 "
+            "`max_iter=1000`, rtol 1e-8; `integrator=\"CVODES\"`: the SUNDIALS built "
+            "with the package since 2026-12-07, Debian 12's 6.4.1 before); pyPESTO: Fides "
+            "with AMICI's forward sensitivities at rtol 1e-8 "
             "from the same points (`benchmarks/petab_pypesto.py`, its own environment, on the "
             "day given; on petab's flattened problem where AMICI refuses time-point-specific "
             "mappings: Fiedler). 'within 0.1': starts whose final -log L is within 0.1 of "
             "that tool's best. The CPU of one multistart run varies between runs (pyPESTO on "
-            "Bertozzi: 7.6 and 5.9 s on two days), which is why pyPESTO's runs were repeated on "
-            "the day of sklode's.",
+            "Bertozzi: 7.6 and 5.9 s on two days), and so does the machine (pyPESTO on Blasi: "
+            "33.0 s on the machine of the first 2026-12-07 runs, 10.6 s on the one of the "
+            "last), which is why pyPESTO's runs were repeated on the day, and machine, of "
+            "sklode's: 'pyPESTO run' gives the day; the ratio compares runs of one machine.",
             "",
             "| problem | starts | nominal -log L | sklode best | within 0.1 | sklode CPU s | "
             "pyPESTO best | within 0.1 | pyPESTO CPU s | CPU sklode / pyPESTO | pyPESTO run |",

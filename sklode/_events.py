@@ -26,8 +26,9 @@ from scipy.optimize import brentq
 
 from .exceptions import IntegrationError
 
-__all__ = ["Firing", "add_doses", "dose_segments", "solve_across_doses",
-           "solve_across_events"]
+__all__ = ["Actions", "Dose", "Firing", "add_doses", "bolus_only", "dose_segments",
+           "dosing_records", "dosing_schedule", "infused_states", "periodic_state",
+           "solve_across_doses", "solve_across_events"]
 
 #: More events than this in one solve is taken for events that fire without end; so are
 #: this many firings in a row, each within 1e-9 (relative) of the time of the one before (a
@@ -60,7 +61,11 @@ def dose_segments(doses, t0, t_end):
         Times in ``(t0, t_end)`` and the amounts ``{state: amount}`` added there.
     """
     grouped = {}
-    for time, state, amount in doses:
+    for dose in doses:
+        if isinstance(dose, Dose) and not dose.is_bolus:
+            raise ValueError(f"{dose!r} is not a plain bolus: infusions, steady states and "
+                             "resets are solved by solve_across_events.")
+        time, state, amount = dose[0], dose[1], dose[2]
         if time < t0:
             raise ValueError(f"A dose at t={time:g} comes before the initial time t0={t0:g}: "
                              "move t0 to (or before) the first dose.")
@@ -70,6 +75,205 @@ def dose_segments(doses, t0, t_end):
     at_start = grouped.pop(float(t0), None)
     return at_start, sorted(grouped.items())
 
+
+
+class Dose(NamedTuple):
+    """A dosing record, as pharmacometric data sets carry it (NONMEM's and nlmixr2's columns
+    in brackets).
+
+    A ``(time, state, amount)`` triple is a bolus, the same as ``Dose(time, state,
+    amount)``.
+
+    Parameters
+    ----------
+    time : float
+        When the dose is given (``TIME``).
+    state : str or int
+        The state (compartment) dosed (``CMT``).
+    amount : float, default=0.0
+        The amount (``AMT``), added at once unless infused.
+    rate : float, default=0.0
+        A zero-order infusion at this rate, ``amount / rate`` long (``RATE``).
+    duration : float, default=0.0
+        A zero-order infusion this long, at ``amount / duration`` (``DUR``).
+    interval : float, default=0.0
+        The dosing interval (``II``) of the additional doses and of a steady state.
+    additional : int, default=0
+        This many more of the same dose, every ``interval`` after ``time`` (``ADDL``).
+    steady_state : {0, 1, 2}, default=0
+        ``1``: the state is first reset to the periodic steady state of this dose repeated
+        every ``interval`` (as if given for ever), then the dose is given; ``2``: that steady
+        state is added to the state as it is (``SS``; superposition, for linear kinetics).
+    reset : bool, default=False
+        Reset the state to the experiment's initial state before the dose (``EVID`` 3 with
+        ``amount`` 0, or 4).
+
+    Examples
+    --------
+    >>> from sklode import Dose
+    >>> Dose(0.0, "central", 500.0, duration=2.0, interval=12.0, additional=3)
+    ...  # doctest: +NORMALIZE_WHITESPACE
+    Dose(time=0.0, state='central', amount=500.0, rate=0.0, duration=2.0, interval=12.0,
+         additional=3, steady_state=0, reset=False)
+    """
+
+    time: float
+    state: object
+    amount: float = 0.0
+    rate: float = 0.0
+    duration: float = 0.0
+    interval: float = 0.0
+    additional: int = 0
+    steady_state: int = 0
+    reset: bool = False
+
+    @property
+    def infused(self):
+        """Whether the amount is infused (a rate or a duration), not added at once."""
+        return self.rate > 0.0 or self.duration > 0.0
+
+    @property
+    def infusion(self):
+        """``(rate, duration)`` of an infused dose."""
+        if self.rate > 0.0:
+            return self.rate, self.amount / self.rate
+        return self.amount / self.duration, self.duration
+
+    @property
+    def is_bolus(self):
+        """A plain bolus: no infusion, steady state, reset or additional doses."""
+        return not (self.infused or self.steady_state or self.reset or self.additional)
+
+
+def dosing_records(doses):
+    """Every dose as a :class:`Dose`, the additional doses (``ADDL``) written out, in time
+    order (a triple is a bolus)."""
+    out = []
+    for dose in doses or ():
+        record = dose if isinstance(dose, Dose) else Dose(*dose)
+        out.append(record._replace(additional=0))
+        for k in range(1, int(record.additional) + 1):  # the copies: plain repeats
+            out.append(record._replace(time=record.time + k * record.interval, additional=0,
+                                       steady_state=0, reset=False))
+    return sorted(out, key=lambda d: d.time)
+
+
+def bolus_only(doses):
+    """Whether every dose is a plain bolus (the solves' fast path: constant jumps only)."""
+    return all(not isinstance(d, Dose) or d.is_bolus for d in doses or ())
+
+
+class Actions:
+    """What the dosing records do at one time, in this order: a reset to the initial state,
+    steady states (``steady``: their records), boluses (``amounts``: ``{state: amount}``),
+    changes of the infusion rates (``rates``: ``{state: change}``)."""
+
+    def __init__(self):
+        self.reset, self.steady, self.amounts, self.rates = False, [], {}, {}
+
+    def __bool__(self):
+        return bool(self.reset or self.steady or self.amounts or self.rates)
+
+
+def dosing_schedule(doses, t0, t_end):
+    """The dosing records' actions on ``[t0, t_end)``, grouped by time (as
+    :func:`dose_segments`, for every kind of record).
+
+    Parameters
+    ----------
+    doses : sequence of Dose or (float, int, float)
+        States as indices.
+    t0, t_end : float
+
+    Returns
+    -------
+    at_start : Actions or None
+        What acts at ``t0``.
+    later : list of (float, Actions)
+        Times in ``(t0, t_end)`` and what acts there.
+    """
+    grouped = {}
+
+    def at(time):
+        return grouped.setdefault(float(time), Actions())
+
+    for record in dosing_records(doses):
+        if record.time < t0:
+            raise ValueError(f"A dose at t={record.time:g} comes before the initial time "
+                             f"t0={t0:g}: move t0 to (or before) the first dose.")
+        if not (record.time < t_end or record.time == t0):
+            continue
+        actions, state = at(record.time), int(record.state)
+        actions.reset = actions.reset or bool(record.reset)
+        if record.steady_state:
+            actions.steady.append(record)
+        if record.infused:
+            rate, duration = record.infusion
+            actions.rates[state] = actions.rates.get(state, 0.0) + rate
+            if record.time + duration < t_end:  # (the stop: a change at its own time)
+                stop = at(record.time + duration)
+                stop.rates[state] = stop.rates.get(state, 0.0) - rate
+        elif record.amount:
+            actions.amounts[state] = actions.amounts.get(state, 0.0) + float(record.amount)
+    at_start = grouped.pop(float(t0), None)
+    return at_start, sorted(grouped.items())
+
+
+def infused_states(doses):
+    """The states some infusion feeds, in increasing order."""
+    return sorted({int(d.state) for d in dosing_records(doses) if d.infused})
+
+
+def periodic_state(flow, x, *, rtol, atol, max_iter=20):
+    """The fixed point ``x = flow(x)`` of one dosing interval (a periodic steady state), by
+    Newton's method.
+
+    Parameters
+    ----------
+    flow : callable
+        ``flow(x) -> (x_next, jacobian)``: the state one interval later and its derivative
+        in ``x`` (``(n, n)``; None: by forward differences).
+    x : ndarray of shape (n_states,)
+        The start of the iteration.
+    rtol, atol : float
+        The solves' tolerances: the iteration stops where a step is below them.
+    max_iter : int, default=20
+
+    Returns
+    -------
+    ndarray of shape (n_states,)
+        The state before a dose in the steady state.
+
+    Raises
+    ------
+    IntegrationError
+        Where the iteration does not settle (no periodic steady state: a dose that
+        accumulates without bound, kinetics that do not clear it).
+    """
+    x = np.array(x, dtype=np.float64)
+    for _ in range(max_iter):
+        x_next, J = flow(x)
+        if J is None:
+            J = np.empty((x.size, x.size))
+            for j in range(x.size):
+                h = 1e-7 * max(1.0, abs(x[j]))
+                e = x.copy()
+                e[j] += h
+                J[:, j] = (flow(e)[0] - x_next) / h
+        residual = x_next - x
+        try:
+            step = np.linalg.solve(np.eye(x.size) - J, residual)
+        except np.linalg.LinAlgError:
+            step = np.full(x.size, np.nan)
+        if not np.all(np.isfinite(step)):
+            break
+        x = x + step
+        if np.all(np.abs(step) <= 10 * (atol + rtol * np.abs(x))):
+            return x
+    raise IntegrationError(
+        "The steady state under repeated dosing was not found: the state after one dosing "
+        "interval does not settle to the state before it (the kinetics do not clear the "
+        "dose within reach, or the amount accumulates without bound).", t_reached=np.nan)
 
 
 def add_doses(x, amounts):
@@ -158,7 +362,7 @@ def _unmoved(events, which, time, before, after, theta):
 
 
 def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense,
-                        doses=None, locate=None):
+                        doses=None, locate=None, periodic=None):
     """The states at ``times``, integrated from one firing to the next: the doses at their
     times and the events where their triggers cross zero (one loop for both: a dose is an
     event whose time is known and whose jump adds a constant). A delayed event's jump is
@@ -181,13 +385,19 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
         ``solve_dense(start, end, x) -> (steps, dense)``: a solve from ``x`` at ``start``
         towards ``end`` with dense output ``dense(t) -> (n_states, len(t))`` and its steps
         (``start`` first), on which the triggers are located (None without events).
-    doses : sequence of (float, int, float), optional
-        ``(time, state index, amount)`` boluses.
+    doses : sequence of Dose or (float, int, float), optional
+        Dosing records (states as indices): boluses, infusions (whose rates the segments
+        get as ``solve_segment(..., inputs=rates)``, one per :func:`infused_states`, and
+        ``solve_dense`` and ``locate`` as well), steady states and resets (to ``x0``).
     locate : callable, optional
         ``locate(start, end, x) -> (tau, which, x_tau)``: the first firing in ``(start,
         end]`` found by the solver itself (CVODES' root finding on the compiled triggers)
         and the state there, or ``(None, [], None)``; used instead of ``solve_dense`` where
         given.
+    periodic : callable, optional
+        ``periodic(record) -> x``: the state just before a dose of a steady-state record
+        given every ``record.interval`` for ever (:func:`periodic_state`); needed where a
+        record has ``steady_state``.
 
     Returns
     -------
@@ -203,14 +413,30 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
     """
     x = np.array(x0, dtype=np.float64)
     t_end = float(times[-1])
-    at_start_doses, later = dose_segments(doses or [], t0, t_end)
+    at_start_doses, later = dosing_schedule(doses or [], t0, t_end)
     states = np.empty((times.size, x.size))
     fired = []
     queue = []  # the delayed jumps scheduled and not yet applied, in time order
+    fed = infused_states(doses)  # the infusions' rates, handed to each segment
+    rates = np.zeros(len(fed))
+    if fed:  # the solves take the rates of the infusions running
+        plain_segment, plain_dense, plain_locate = solve_segment, solve_dense, locate
 
-    def fire(time, which, amounts, x):
+        def solve_segment(start, end, x, t_eval, inside, index):
+            return plain_segment(start, end, x, t_eval, inside, index, inputs=rates.copy())
+
+        if solve_dense is not None:
+            def solve_dense(start, end, x):
+                return plain_dense(start, end, x, inputs=rates.copy())
+
+        if locate is not None:
+            def locate(start, end, x):
+                return plain_locate(start, end, x, inputs=rates.copy())
+
+    def fire(time, which, actions, x):
         """Apply what happens at ``time``: the rising events in ``which`` (the delayed
-        ones scheduled), the delayed jumps due, ``amounts`` of doses; record the firing."""
+        ones scheduled), the delayed jumps due, the dosing records' ``actions``; record
+        the firing."""
         before = x
         now = [k for k in which if events[k].delay is None]
         scheduled = [_Scheduled(events[k], k, time, before, theta) for k in which
@@ -223,8 +449,18 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
         for entry in due:
             queue.remove(entry)
             x = entry.apply(x, theta)
-        x = add_doses(x, amounts)
-        fired.append(Firing(float(time), now, before, x, scheduled, due))
+        if actions:
+            if actions.reset:
+                x = np.array(x0, dtype=np.float64)
+            for record in actions.steady:
+                if periodic is None:
+                    raise ValueError("A steady-state dose needs the solve's periodic state "
+                                     "(periodic=...).")
+                x = periodic(record) + (x if record.steady_state == 2 else 0.0)
+            x = add_doses(x, actions.amounts)
+            for state, change in actions.rates.items():
+                rates[fed.index(state)] += change
+        fired.append(Firing(float(time), now, before, x, scheduled, due, actions))
         return x
 
     holds = _holds(events, t0, x, theta) if events else []
@@ -307,6 +543,8 @@ class Firing(NamedTuple):
     due : list
         The delayed jumps applied here, each scheduled at an earlier firing (or here, with
         a zero delay).
+    actions : Actions or None
+        What the dosing records did here (after the events).
     """
 
     time: float
@@ -315,6 +553,7 @@ class Firing(NamedTuple):
     after: np.ndarray
     scheduled: list = []
     due: list = []
+    actions: object = None
 
 
 class _Scheduled:

@@ -27,6 +27,7 @@ from ._checks import (
     check_observed,
     check_times,
 )
+from .experiment import Dose
 from .experiment import Experiment as Given
 
 __all__ = ["NOISE_KINDS", "Experiment", "ExperimentData", "check_experiments", "check_series",
@@ -338,22 +339,18 @@ def _experiment_extras(given, model, Y, order, where):
     if given.doses:
         doses = []
         for dose in given.doses:
+            if isinstance(dose, Dose):
+                doses.append(_checked_record(dose, model, where))
+                continue
             if len(dose) != 3:
                 raise ValueError(f"Each dose{where} is (time, state, amount); got {dose!r}.")
             time, state, amount = dose
-            if isinstance(state, str):
-                if state not in model.state_names:
-                    raise ValueError(f"A dose{where} names the state {state!r}, which is not "
-                                     f"one of {model.state_names}.")
-                state = model.state_names.index(state)
-            elif not (isinstance(state, (int, np.integer)) and 0 <= state < model.n_states):
-                raise ValueError(f"A dose{where} names state {state!r}: use a state name or "
-                                 f"an index below {model.n_states}.")
+            state = _dosed_state(state, model, where)
             time, amount = float(time), float(amount)
             if not (np.isfinite(time) and np.isfinite(amount)):
                 raise ValueError(f"A dose{where} has a non-finite time or amount: {dose!r}.")
             doses.append((time, int(state), amount))
-        extra["doses"] = tuple(sorted(doses))
+        extra["doses"] = tuple(sorted(doses, key=lambda d: d[0]))  # stable at one time
     if given.conditions:
         for key, value in given.conditions.items():
             if key not in model.param_names:
@@ -566,3 +563,51 @@ def estimated_x0_mask(data):
     """
     mask = np.array([e.estimate_x0 for e in data.experiments])
     return mask if data.several else mask[0]
+
+
+def _dosed_state(state, model, where):
+    """The index of a dose's state (a name or an index), or a ValueError naming it."""
+    if isinstance(state, str):
+        if state not in model.state_names:
+            raise ValueError(f"A dose{where} names the state {state!r}, which is not one of "
+                             f"{model.state_names}.")
+        return model.state_names.index(state)
+    if not (isinstance(state, (int, np.integer)) and 0 <= state < model.n_states):
+        raise ValueError(f"A dose{where} names state {state!r}: use a state name or an index "
+                         f"below {model.n_states}.")
+    return int(state)
+
+
+def _checked_record(dose, model, where):
+    """A :class:`~sklode.Dose` with its state as an index, or a ValueError naming the
+    field that cannot be given."""
+    state = _dosed_state(dose.state, model, where)
+    try:
+        values = [float(v) for v in (dose.time, dose.amount, dose.rate, dose.duration,
+                                     dose.interval)]
+    except (TypeError, ValueError):
+        raise ValueError(f"A dose{where} has a field that is not a number: {dose!r}.") from None
+    time, amount, rate, duration, interval = values
+    if not all(np.isfinite(values)) or min(amount, rate, duration, interval) < 0:
+        raise ValueError(f"A dose{where} has a negative or non-finite time, amount, rate, "
+                         f"duration or interval: {dose!r}.")
+    if rate > 0 and duration > 0:
+        raise ValueError(f"A dose{where} gives both a rate and a duration: {dose!r}. Give one "
+                         "(the other is amount / it).")
+    if (rate > 0 or duration > 0) and amount == 0:
+        raise ValueError(f"A dose{where} infuses nothing (amount 0): {dose!r}.")
+    if dose.steady_state not in (0, 1, 2):
+        raise ValueError(f"A dose{where} has steady_state={dose.steady_state!r}: 0 (none), 1 "
+                         "(reset to the steady state, then dose) or 2 (add it).")
+    if (dose.steady_state or dose.additional) and interval <= 0:
+        raise ValueError(f"A dose{where} repeats (steady_state or additional) without an "
+                         f"interval: {dose!r}. Give interval= (NONMEM's II).")
+    if dose.steady_state and (rate > 0 or duration > 0) and (
+            (amount / rate if rate > 0 else duration) > interval):
+        raise ValueError(f"A steady-state infusion{where} lasts longer than its interval: "
+                         f"{dose!r} (overlapping infusions are not supported).")
+    if int(dose.additional) != dose.additional or dose.additional < 0:
+        raise ValueError(f"A dose{where} has additional={dose.additional!r}: a count >= 0.")
+    return dose._replace(time=time, state=int(state), amount=amount, rate=rate,
+                         duration=duration, interval=interval, additional=int(dose.additional),
+                         steady_state=int(dose.steady_state), reset=bool(dose.reset))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Experiment", "experiments_from_table"]
+from ._events import Dose
+
+__all__ = ["Dose", "Experiment", "experiments_from_table"]
 
 
 class Experiment:
@@ -33,9 +35,11 @@ class Experiment:
     sigma : float or array-like, optional
         Known noise levels of these observations (one, one per column, or one per entry,
         NaN allowed where ``Y`` is NaN), read by the estimator's ``noise_kind``.
-    doses : sequence of (float, str or int, float), optional
-        Boluses ``(time, state, amount)`` added to that state at that time. An observation
-        at a dose's time sees the state just before the dose.
+    doses : sequence of (float, str or int, float) or Dose, optional
+        Boluses ``(time, state, amount)`` added to that state at that time, and
+        :class:`Dose` records: infusions (a rate or a duration), doses repeated every
+        interval (additional doses), steady states under repeated dosing, resets. An
+        observation at a dose's time sees the state just before the dose.
     conditions : dict, optional
         ``{parameter: number}`` sets a parameter for this experiment only (a known
         stimulus, a body weight); ``{parameter: "other"}`` reads it from another parameter
@@ -110,10 +114,11 @@ def _check_fields(experiment):
                             f"got {type(doses).__name__} {doses!r}; e.g. "
                             "doses=[(0.0, 'central', 100.0)].")
         for k, dose in enumerate(doses):
-            if isinstance(dose, (str, bytes)) or not hasattr(dose, "__len__") \
-                    or len(dose) != 3:
+            if not isinstance(dose, Dose) and (isinstance(dose, (str, bytes)) or not hasattr(
+                    dose, "__len__") or len(dose) != 3):
                 raise ValueError(f"{who}: dose {k} is {dose!r}; each dose is a (time, state, "
-                                "amount) triple, e.g. (0.0, 'central', 100.0).")
+                                 "amount) triple, e.g. (0.0, 'central', 100.0), or a "
+                                 "sklode.Dose record.")
             for part, value in (("time", dose[0]), ("amount", dose[2])):
                 try:
                     float(value)

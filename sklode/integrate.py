@@ -20,8 +20,16 @@ from .models._band import (  # AUTO_MAX_BAND: documented as integrate's, with AU
     narrow_band,
     use_sparse_lu,
 )
-from ._events import model_events, solve_across_doses, solve_across_events
+from ._events import (
+    bolus_only,
+    infused_states,
+    model_events,
+    periodic_state,
+    solve_across_doses,
+    solve_across_events,
+)
 from .models._derived import derived
+from .models._wrappers import WithInputs
 
 __all__ = ["simulate", "solve", "integrator_for", "INTEGRATORS"]
 
@@ -415,10 +423,12 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
         Relative tolerance.
     atol : float, default=1e-10
         Absolute tolerance.
-    doses : sequence of (float, int, float), optional
-        Boluses ``(time, state index, amount)`` added to the state at those times (at or
-        after ``t0``; the ODE is integrated in segments between them). An output at a dose's
-        time is the state just before it. A model with events
+    doses : sequence of Dose or (float, int, float), optional
+        Dosing records, states as indices: boluses ``(time, state index, amount)`` added to
+        the state at those times (at or after ``t0``; the ODE is integrated in segments
+        between them), and :class:`~sklode.Dose` records for infusions, steady states
+        under repeated dosing, resets and additional doses. An output at a dose's time is
+        the state just before it. A model with events
         (:class:`~sklode.models.Event`) jumps where they fire, located on a dense solve; its
         output times must be at or after ``t0``.
 
@@ -467,10 +477,11 @@ def simulate(model, theta, x0, t, *, t0=None, integrator="auto", rtol=1e-8, atol
     out[at_t0] = x0
     kw = dict(integrator=integrator, rtol=rtol, atol=atol)
     ahead = unique[unique > t0]
-    if model_events(model):
+    if model_events(model) or not bolus_only(doses):
         if np.any(unique < t0):
-            raise ValueError("With events, every output time must be at or after t0 (the "
-                             "events are not integrated backwards).")
+            raise ValueError("With events, infusions, steady-state doses or resets, every "
+                             "output time must be at or after t0 (they are not integrated "
+                             "backwards).")
         if ahead.size:
             out[unique > t0] = _solve_with_events(model, theta, x0, t0, ahead, kw, doses)
         return out[inverse.reshape(-1)]
@@ -501,17 +512,41 @@ def _solve_with_doses(model, theta, x0, t0, ahead, doses, kw):
 
 def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
     """States at the increasing times ``ahead`` (all after ``t0``), integrated from one of
-    the model's events or ``doses`` to the next (:func:`event_locator`)."""
-    def segment(start, end, x, t_eval, inside, index):
-        return solve(model, theta, x, (start, end), t_eval=t_eval, **kw).y.T
+    the model's events or dosing records to the next (:func:`event_locator`): infusions feed
+    the model as extra parameters (:class:`~sklode.models._wrappers.WithInputs`), a
+    steady-state dose starts from the periodic state of its regimen (Newton's method on one
+    interval's solve, :func:`~sklode._events.periodic_state`)."""
+    fed = infused_states(doses)
+    field = WithInputs(model, fed) if fed else model
 
-    def dense(start, end, x):
-        sol = solve(model, theta, x, (start, end), integrator="LSODA", rtol=kw["rtol"],
-                    atol=kw["atol"], dense_output=True)
+    def full(inputs=None):
+        return theta if not fed else np.concatenate(
+            [theta, np.zeros(len(fed)) if inputs is None else inputs])
+
+    def segment(start, end, x, t_eval, inside, index, inputs=None):
+        return solve(field, full(inputs), x, (start, end), t_eval=t_eval, **kw).y.T
+
+    def dense(start, end, x, inputs=None):
+        sol = solve(field, full(inputs), x, (start, end), integrator="LSODA",
+                    rtol=kw["rtol"], atol=kw["atol"], dense_output=True)
         return sol.sol.ts, sol.sol
 
+    locate = None
+    if model_events(model) and event_locator(field, full(), **kw) is not None:
+        def locate(start, end, x, inputs=None):
+            return event_locator(field, full(inputs), **kw)(start, end, x)
+
+    def periodic(record):
+        # one interval ending at the dose's time, the dose (not steady) at its start
+        dose = record._replace(time=record.time - record.interval, steady_state=0,
+                               reset=False, additional=0)
+        end = np.array([record.time])
+        return periodic_state(
+            lambda x: (_solve_with_events(model, theta, x, dose.time, end, kw, [dose])[0],
+                       None), np.zeros(x0.size), rtol=kw["rtol"], atol=kw["atol"])
+
     return solve_across_events(model_events(model), theta, x0, t0, ahead, segment, dense,
-                               doses=doses, locate=event_locator(model, theta, **kw))[0]
+                               doses=doses, locate=locate, periodic=periodic)[0]
 
 
 def event_locator(model, theta, *, integrator, rtol, atol, max_evaluations=None):

@@ -1,6 +1,7 @@
 """Models made from other models: a plain function as a model (:class:`FunctionModel`), some
 parameters held at values (:class:`HeldParameters`), and the states scaled or logged
-(:class:`ScaledStates`). Each rebuilds itself from its constants when unpickled."""
+(:class:`ScaledStates`), and a model fed constant inputs (:class:`WithInputs`: the rate of a
+zero-order infusion). Each rebuilds itself from its constants when unpickled."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from ._base import ODEModel
 from ._tensors import _DTYPE
 
-__all__ = ["FunctionModel", "HeldParameters", "ScaledStates"]
+__all__ = ["FunctionModel", "HeldParameters", "ScaledStates", "WithInputs"]
 
 
 class FunctionModel(ODEModel):
@@ -162,6 +163,69 @@ class HeldParameters(ODEModel):
         """
         return self.model.rhs(t, x, self._held + self._scatter @ theta)
 
+
+
+class WithInputs(ODEModel):
+    """``model`` with a constant input added to some states' derivatives: its parameters
+    are the model's, then one input per state in ``states`` (``input:<state>``).
+
+    The field is ``model.rhs(t, x, theta[:p])`` with ``u = theta[p:]`` added to the fed
+    states' derivatives: a zero-order infusion's rate, which the dosing schedule
+    (:mod:`sklode._dosing`) sets segment by segment. The inputs enter as parameters so that
+    the compiled solvers take them like any other, one program for every rate.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The model fed.
+    states : tuple of int
+        The states that receive an input.
+    """
+
+    def __init__(self, model, states):
+        self.model = model
+        self.states = tuple(int(i) for i in states)
+        self.state_names = model.state_names
+        self.param_names = tuple(model.param_names) + tuple(
+            f"input:{model.state_names[i]}" for i in self.states)
+        self.default_theta = tuple(model.theta_guess()) + (0.0,) * len(self.states)
+        self.check_derivatives = model.check_derivatives
+        self.blowup_factor = model.blowup_factor
+        self._p = len(model.param_names)
+
+    def __getstate__(self):
+        return self.get_constants()
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def state_offsets(self, theta):
+        """The model's offsets at its own parameters."""
+        return self.model.state_offsets(np.asarray(theta, dtype=np.float64)[:self._p])
+
+    def rhs(self, t, x, theta):
+        """The model's field plus the inputs.
+
+        Parameters
+        ----------
+        t : torch.Tensor
+            The time, as the model's field takes it.
+        x : torch.Tensor of shape (..., n_states)
+            The states, batched as the model's.
+        theta : torch.Tensor of shape (n_params + n_inputs,)
+            The model's parameters, then the inputs.
+
+        Returns
+        -------
+        torch.Tensor of shape (..., n_states)
+            ``dx/dt``.
+        """
+        out = self.model.rhs(t, x, theta[:self._p])
+        fed = dict(zip(self.states, range(self._p, self._p + len(self.states))))
+        # one column at a time (not a product with the one-hot rows): the compiled solvers'
+        # programs add a parameter to a column, which a matrix product would hide
+        return torch.stack([out[..., j] + theta[fed[j]] if j in fed else out[..., j]
+                            for j in range(out.shape[-1])], dim=-1)
 
 
 class ScaledStates(ODEModel):

@@ -24,19 +24,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import model_events, solve_across_doses, solve_across_events
+from .._events import bolus_only, model_events, solve_across_doses
 from ..exceptions import IntegrationError
 from ..integrate import (
     _max_steps,
     _resolve_integrator,
     blowup_limit,
-    event_locator,
     narrow_band,
     native_solver_for,
     raise_native_failure,
     solve,
     state_atol,
 )
+from ._trajectory import Trajectory, _PiecewiseDense
+from ._segments import segmented_trajectory
 from ._stages import (
     _CHUNK_ENTRIES,
     _STAGES,
@@ -87,86 +88,6 @@ _MATRIX_FREE_MIN_STATES = 128
 _SPARSE_FORWARD_MIN_STATES = 64
 
 
-class Trajectory:
-    """A forward solution kept for the derivative passes.
-
-    Attributes
-    ----------
-    grid : ndarray (n_grid,)
-        Integrator step boundaries merged with ``t0`` and the observation times (increasing).
-    obs_index : ndarray of int (n_obs,)
-        Position of each observation time in ``grid``.
-    states : ndarray (n_obs, n_states)
-        The solution at the observation times.
-    dense : callable or None
-        Dense output, ``dense(t) -> (n_states, len(t))``; None when every observation is at t0.
-    x0 : ndarray (n_states,)
-    n_evaluations : int
-        Vector-field evaluations of the forward solve.
-    native : callable or None
-        For a CVODES solve (``integrator="CVODES"``, no dense output, no step grid):
-        ``native(with_x0, params, start)`` solves again with forward sensitivities (the
-        parameters' columns starting at ``start``, ``d x0 / d theta``, when given), which
-        then replace both derivative passes while the columns are few.
-    scipy : callable or None
-        For a CVODES solve: the same solution by LSODA with dense output (built on first
-        call), for the collocation passes where the columns are many.
-    native_reads : ndarray of bool (n_params,) or None
-        For a CVODES solve: the parameters its field reads (the only sensitivity columns
-        it integrates).
-    native_banded : bool
-        For a CVODES solve: whether its ``df/dx`` is banded (its Jacobians stay on CVODES
-        however many their columns).
-    native_sparse : bool
-        For a CVODES solve: whether its Newton solves use KLU (a network no order makes
-        banded): then both its Jacobians and its gradients use CVODES' forward
-        sensitivities however many their columns (measured in the comment on KLU networks
-        at the top of this module).
-    chained : bool
-        A solve across a model's events: ``native`` chains its segments' sensitivities
-        through the jumps (:func:`_trajectory_across_events`), and both derivative passes
-        use it whatever the columns (there is no single dense solution to run them on).
-    native_adjoint : callable or None
-        For a CVODES solve of a field without switches and without doses:
-        ``native_adjoint(jumps) -> (grad_x0, grad_theta)``, the gradient by CVODES' own
-        adjoint (:meth:`~sklode.models._native.NativeSolver.adjoint`), which
-        :func:`adjoint_gradient` takes where the forward columns are many.
-    """
-
-    def __init__(self, grid, obs_index, states, dense, x0, n_evaluations, native=None,
-                 scipy=None, native_reads=None, native_banded=False, chained=False,
-                 native_sparse=False, native_adjoint=None):
-        self.grid = grid
-        self.obs_index = obs_index
-        self.states = states
-        self.dense = dense
-        self.x0 = x0
-        self.n_evaluations = n_evaluations
-        self.native = native
-        self.scipy = scipy
-        self.native_reads = native_reads
-        self.native_banded = native_banded
-        self.native_sparse = native_sparse
-        self.chained = chained
-        self.native_adjoint = native_adjoint
-
-
-class _PiecewiseDense:
-    """Dense output of a solve in segments between doses: each time is read from the segment
-    whose interval ``(start, end]`` holds it (the collocation nodes are strictly inside)."""
-
-    def __init__(self, ends, pieces):
-        self.ends, self.pieces = np.asarray(ends), pieces
-
-    def __call__(self, t):
-        t = np.asarray(t, dtype=np.float64)
-        which = np.minimum(np.searchsorted(self.ends, t, side="left"), len(self.pieces) - 1)
-        out = np.empty((self.pieces[0](t[:1]).shape[0], t.size))
-        for k in np.unique(which):
-            out[:, which == k] = self.pieces[k](t[which == k])
-        return out
-
-
 def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
                        max_evaluations=None, doses=None, prefetch=None):
     """Solve from ``(t0, x0)`` to the last of the increasing times ``t_obs`` (all ``>= t0``)
@@ -192,10 +113,12 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         Absolute tolerance.
     max_evaluations : int, optional
         Give up (``IntegrationError``) after this many field evaluations.
-    doses : sequence of (float, int, float), optional
-        Boluses ``(time, state, amount)``: the solve runs in segments between them; the
-        sensitivities and the adjoint are continuous across a bolus of known size, so the
-        derivative passes need only the dose times on the grid.
+    doses : sequence of Dose or (float, int, float), optional
+        Dosing records, states as indices. Boluses ``(time, state, amount)``: the solve
+        runs in segments between them; the sensitivities and the adjoint are continuous
+        across a bolus of known size, so the derivative passes need only the dose times on
+        the grid. Infusions, steady states and resets: a solve in segments whose
+        sensitivities are chained (:mod:`._segments`).
     prefetch : (bool, array-like of int or None, ndarray or None), optional
         A request ``(with_x0, params, start)`` that :func:`sensitivities` will make: on the
         CVODES path the states are then solved together with those sensitivities (one solve
@@ -219,10 +142,11 @@ def forward_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         grid = np.array([t0])
         return Trajectory(grid, np.zeros(t_obs.size, dtype=int),
                           np.tile(x0, (t_obs.size, 1)), None, x0, n_evaluations=0)
-    if model_events(model):
-        return _trajectory_across_events(model, theta, x0, t0, t_obs, integrator=integrator,
-                                         rtol=rtol, atol=atol,
-                                         max_evaluations=max_evaluations, doses=doses)
+    if model_events(model) or not bolus_only(doses):
+        return segmented_trajectory(model, theta, x0, t0, t_obs, integrator=integrator,
+                                    rtol=rtol, atol=atol, max_evaluations=max_evaluations,
+                                    doses=doses, solve_piece=_trajectory,
+                                    piece_sensitivities=sensitivities)
     return _trajectory(model, theta, x0, t0, t_obs, integrator=integrator, rtol=rtol,
                        atol=atol, max_evaluations=max_evaluations, doses=doses,
                        prefetch=prefetch)
@@ -409,128 +333,6 @@ def _native_adjoint(native, model, theta, x0, t0, t_obs, jumps, options):
         raise_native_failure(model, theta, (start, stop), info, options["blowup"])
         g_theta += g_part
     return g_start + jumps[t_obs <= t0].sum(axis=0), g_theta  # data at t0: lambda's jump
-
-
-def _trajectory_across_events(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
-                              max_evaluations, doses=None):
-    """:func:`forward_trajectory` of a model with events: one plain solve per segment
-    between the firings (located by :func:`~sklode.integrate.event_locator`) and the doses,
-    whose sensitivities in their own start and theta are chained through each jump by
-    :func:`_jump_sensitivities`."""
-    theta = np.asarray(theta, dtype=np.float64)
-    events = model_events(model)
-    pieces = []  # (trajectory, inside, index) of each segment
-    evaluations = [0]
-    plain = {"integrator": integrator, "rtol": rtol, "atol": atol,
-             "max_evaluations": max_evaluations, "doses": None, "prefetch": None}
-
-    def segment(start, end, x, t_eval, inside, index):
-        traj = _trajectory(model, theta, x, start, t_eval, **plain)
-        pieces.append((traj, inside.copy(), index))
-        evaluations[0] += traj.n_evaluations
-        return traj.states
-
-    def dense(start, end, x):
-        sol = solve(model, theta, x, (start, end), integrator="LSODA", rtol=rtol, atol=atol,
-                    dense_output=True, max_evaluations=max_evaluations)
-        evaluations[0] += sol.nfev
-        return sol.sol.ts, sol.sol
-
-    after = t_obs > t0
-    states = np.tile(x0, (t_obs.size, 1))
-    locate = event_locator(model, theta, integrator=integrator, rtol=rtol, atol=atol,
-                           max_evaluations=max_evaluations)
-    states[after], fired = solve_across_events(events, theta, x0, t0, t_obs[after], segment,
-                                               dense, doses=doses, locate=locate)
-    n, p = x0.size, model.n_params
-
-    def chained(with_x0, params=None, start=None):
-        D = np.zeros((n, n + p))  # d (state at the segment's start) / d [x0, theta]
-        D[:, :n] = np.eye(n)
-        if start is not None:
-            D[:, n:] = start
-        S = np.empty((t_obs.size, n, n + p))
-        S[~after] = D
-        firings = iter(fired)
-        if fired and fired[0].time == t0:  # events at the start: their time does not move
-            D = _jump_sensitivities(model, events, theta, next(firings), D, fixed=True)
-        for traj, inside, index in pieces:
-            part = sensitivities(model, theta, traj, with_x0=True)  # in its start, theta
-            total = np.einsum("mab,bq->maq", part[..., :n], D)
-            total[..., n:] += part[..., n:]
-            S[np.flatnonzero(after)[inside]] = total[index]
-            firing = next(firings, None)
-            if firing is not None:
-                D = _jump_sensitivities(model, events, theta, firing, total[-1])
-        return S if with_x0 else S[..., n:]
-
-    def no_scipy():
-        raise IntegrationError("The sensitivities of a model with events come from its "
-                               "segments' solves, which failed here.")
-
-    grid = np.union1d([t0], t_obs)
-    return Trajectory(grid, np.searchsorted(grid, t_obs), states, None, x0, evaluations[0],
-                      native=chained, scipy=no_scipy, native_reads=np.ones(p, dtype=bool),
-                      chained=True)
-
-
-def _jump_sensitivities(model, events, theta, firing, S_before, fixed=False):
-    """The state's derivative in ``[x0, theta]`` just after a firing, from the one just
-    before: for each event's jump ``x+ = h(tau, x-, theta)`` at a time ``tau`` where the
-    trigger ``g`` crosses zero, ``S+ = h_x S- + h_theta + (h_x f- + h_t - f+) dtau``, with
-    ``dtau = -(g_x S- + g_theta) / (g_x f- + g_t)`` (zero where the time is ``fixed``, as
-    a dose's); a dose adds a constant, which leaves ``S`` as it is.
-
-    A delayed event keeps, where its trigger rises, the derivative of its jump's time
-    (``dtau`` plus the delay's) and, where it assigns values taken there, theirs
-    (``h_x (S- + f- dtau) + h_t dtau + h_theta``); its jump, later, sets its targets'
-    rows to those and moves the others by ``(f- - f+) dtime``, as a jump at a known time.
-    """
-    tau, which, x_before = firing.time, firing.which, firing.before
-    n = x_before.size
-    f = lambda x: model.f(tau, x[None, :], theta)[0]  # noqa: E731
-    dtau = np.zeros(S_before.shape[1])
-    rising = list(which) + [entry.k for entry in firing.scheduled]
-    if not fixed and rising:  # (a dose alone: a fixed time, a constant added)
-        g_t, g_x, g_theta = events[rising[0]].value_derivatives(tau, x_before, theta)
-        rate = float(g_x @ f(x_before) + g_t)
-        if not np.isfinite(rate) or rate == 0.0:
-            raise IntegrationError(
-                f"The trigger of event {events[rising[0]].name or rising[0]!r} touches zero "
-                f"at t={tau:g} without crossing it: its time has no derivative there.",
-                t_reached=tau)
-        dtau = -(g_x @ S_before)
-        dtau[n:] -= g_theta
-        dtau /= rate
-    for entry in firing.scheduled:  # what its later jump needs from here
-        entry.dtime = dtau.copy()
-        entry.dtime[n:] += entry.event.delay_derivative(theta)
-        if entry.values is not None:
-            h_t, h_x, h_theta = entry.event.jump_derivatives(tau, x_before, theta)
-            entry.dvalues = h_x @ S_before + np.outer(h_x @ f(x_before) + h_t, dtau)
-            entry.dvalues[:, n:] += h_theta
-    x, S = x_before, S_before
-    for k in which:
-        h_t, h_x, h_theta = events[k].jump_derivatives(tau, x, theta)
-        after = events[k].jump(tau, x, theta)
-        S_next = h_x @ S
-        S_next[:, n:] += h_theta
-        S_next += np.outer(h_x @ f(x) + h_t - f(after), dtau)
-        x, S = after, S_next
-    for entry in firing.due:
-        after = entry.apply(x, theta)
-        if entry.values is None:  # a jump of values at its own (moving) time
-            h_t, h_x, h_theta = entry.event.jump_derivatives(tau, x, theta)
-            S_next = h_x @ S
-            S_next[:, n:] += h_theta
-            S_next += np.outer(h_x @ f(x) + h_t - f(after), entry.dtime)
-        else:
-            S_next = S + np.outer(f(x), entry.dtime)
-            targets = entry.targets(n)
-            S_next[targets] = entry.dvalues[targets]
-            S_next -= np.outer(f(after), entry.dtime)
-        x, S = after, S_next
-    return S
 
 
 def _columns_read(read, params):
