@@ -22,7 +22,7 @@ from .diagnostics._assessment import Polish, assess_fit, likelihood_attributes
 from .diagnostics._bootstrap import bootstrap_replicates, replicate_noise
 from .diagnostics._uncertainty import standard_errors, uncertainty_attributes
 from .exceptions import ConvergenceWarning, PoorFitWarning, SklodeError, warn
-from ._events import add_doses, dose_segments, model_events
+from ._events import add_doses, bolus_only, dose_segments, model_events
 from .integrate import simulate
 from .models._wrappers import HeldParameters, ScaledStates
 
@@ -128,6 +128,12 @@ class DoseSplit:
         pieces, self.first, self.folded = [], [], []
         self.node = [0] * data.n_experiments  # unobserved rows added before the first sample
         for k, e in enumerate(data.experiments):
+            if not bolus_only(e.doses):
+                raise ValueError(
+                    f"{estimator_name} cuts its data grid at boluses, but experiment "
+                    f"{e.name or k} has dosing records it cannot state on the grid (an "
+                    "infusion, a steady state under repeated dosing or a reset): use "
+                    "AdjointODE, which solves across them.")
             # the doses at t0 go into the initial state; later ones cut the series
             at_start, later = dose_segments(e.doses, e.t0, e.t[-1])
             at_t0 = add_doses(np.zeros(data.n_states), at_start)

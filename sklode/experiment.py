@@ -226,7 +226,12 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
         A dose table in the NONMEM style: the ``experiment`` column (when there is one),
         the time (``dose_time``), the state dosed
         (``dose_state``: a name or an index, the compartment) and the amount
-        (``dose_amount``).
+        (``dose_amount``); and, where the table has them (in any case), NONMEM's and
+        nlmixr2's dosing columns, read into :class:`Dose` records: ``RATE`` (or
+        ``rate``), ``DUR`` (``duration``), ``II`` (``interval``), ``ADDL``
+        (``additional``), ``SS`` (``steady_state``) and ``EVID`` (3: a reset, 4: a reset
+        then the dose; 0 and 2 rows are not doses and are skipped). Empty cells read as
+        0.
     dose_state, dose_amount : str
         The dose table's columns.
     dose_time : str, optional
@@ -290,9 +295,12 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
         if unknown:
             raise ValueError(f"The dose table names experiment(s) {unknown} that have no "
                              "observations in the table.")
-        for g, tt, st, am in zip(dgroups.tolist(), dose_times, dcols[dose_state], amounts):
+        records = _record_columns(dcols, len(dose_times))
+        for k, (g, tt, st, am) in enumerate(zip(dgroups.tolist(), dose_times,
+                                                dcols[dose_state], amounts)):
             state = st.item() if hasattr(st, "item") else st
-            dose_rows.setdefault(g, []).append((float(tt), state, float(am)))
+            dose_rows.setdefault(g, []).append(_dose_row(float(tt), state, float(am),
+                                                         records, k))
     keyed = {k: v for k, v in settings.items() if isinstance(v, dict) and set(v) & set(names)}
     for key, given in keyed.items():  # a dict by experiment must name every experiment
         missing = [n for n in names if n not in given]
@@ -323,5 +331,46 @@ def experiments_from_table(table, *, time="time", experiment=None, values=None,
             for j, col in enumerate(kept):
                 Y[where, j] = _numbers(columns[col][rows], col, "table", np.flatnonzero(rows))
         per = {k: v[name] if k in keyed else v for k, v in settings.items()}
-        out.append(Experiment(times, Y, doses=dose_rows.get(name), name=name, **per))
+        given = [d for d in dose_rows.get(name, ()) if d is not None]
+        out.append(Experiment(times, Y, doses=given or None, name=name, **per))
     return out
+
+
+#: The dose table's optional columns (NONMEM's name, then sklode's), read case-blind.
+_RECORD_COLUMNS = {"rate": ("rate",), "duration": ("dur", "duration"),
+                   "interval": ("ii", "interval"), "additional": ("addl", "additional"),
+                   "steady_state": ("ss", "steady_state"), "evid": ("evid",)}
+
+
+def _record_columns(dcols, n):
+    """The dose table's optional record columns present, as float arrays (NaN read as 0):
+    ``{field: values}``."""
+    by_lower = {str(c).lower(): c for c in dcols}
+    found = {}
+    for field, names in _RECORD_COLUMNS.items():
+        column = next((by_lower[a] for a in names if a in by_lower), None)
+        if column is not None:
+            values = _numbers(dcols[column], column, "dose table")
+            found[field] = np.where(np.isnan(values), 0.0, values)
+    if "rate" in found and np.any(found["rate"] < 0):
+        raise ValueError("The dose table's RATE column holds a negative value (NONMEM's -1 or "
+                         "-2: a rate or duration set by the model), which sklode does not "
+                         "model: give the rate or the duration itself.")
+    return found
+
+
+def _dose_row(time, state, amount, records, k):
+    """One dose table row: a ``(time, state, amount)`` bolus, a :class:`Dose` record, or
+    None for a row that is not a dose (EVID 0 or 2)."""
+    get = {field: float(values[k]) for field, values in records.items()}
+    evid = int(get.get("evid", 1))
+    if evid not in (0, 1, 2, 3, 4):
+        raise ValueError(f"The dose table's row {k} has EVID {evid}: 1 (a dose), 3 (a reset), "
+                         "4 (a reset and a dose); 0 and 2 are not doses.")
+    if evid in (0, 2):
+        return None
+    record = Dose(time, state, 0.0 if evid == 3 else amount, rate=get.get("rate", 0.0),
+                  duration=get.get("duration", 0.0), interval=get.get("interval", 0.0),
+                  additional=int(get.get("additional", 0)),
+                  steady_state=int(get.get("steady_state", 0)), reset=evid in (3, 4))
+    return record if not record.is_bolus else (time, state, amount)

@@ -29,7 +29,7 @@ from ._events import (
     solve_across_events,
 )
 from .models._derived import derived
-from .models._wrappers import WithInputs
+from .models._wrappers import fed_model
 
 __all__ = ["simulate", "solve", "integrator_for", "INTEGRATORS"]
 
@@ -517,7 +517,7 @@ def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
     steady-state dose starts from the periodic state of its regimen (Newton's method on one
     interval's solve, :func:`~sklode._events.periodic_state`)."""
     fed = infused_states(doses)
-    field = WithInputs(model, fed) if fed else model
+    field = fed_model(model, fed)
 
     def full(inputs=None):
         return theta if not fed else np.concatenate(

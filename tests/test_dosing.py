@@ -180,3 +180,52 @@ def test_dosing_records_that_cannot_be_given_are_refused_by_name(dose, message):
                      estimate_x0=False)
     with pytest.raises(ValueError, match=message):
         est.fit([Experiment([1.0, 2.0], [[1.0], [0.5]], doses=[dose])])
+
+
+def test_a_nonmem_dose_table_goes_in_unchanged():
+    pd = pytest.importorskip("pandas")
+    from sklode import experiments_from_table
+
+    observations = pd.DataFrame({"ID": [1, 1, 2], "TIME": [1.0, 2.0, 1.0],
+                                 "DV": [1.0, 2.0, 3.0]})
+    doses = pd.DataFrame({"ID": [1, 1, 1, 2], "TIME": [0.0, 12.0, 20.0, 0.0],
+                          "CMT": ["central"] * 4, "AMT": [100.0, 100.0, 0.0, 50.0],
+                          "RATE": [50.0, np.nan, 0.0, 0.0], "II": [0.0, 12.0, 0.0, 12.0],
+                          "ADDL": [0, 2, 0, 0], "SS": [0, 0, 0, 1], "EVID": [1, 4, 3, 1]})
+    first, second = experiments_from_table(observations, time="TIME", experiment="ID",
+                                           values=["DV"], doses=doses, dose_state="CMT",
+                                           dose_amount="AMT")
+    assert first.doses == [Dose(0.0, "central", 100.0, rate=50.0),
+                           Dose(12.0, "central", 100.0, interval=12.0, additional=2,
+                                reset=True),
+                           Dose(20.0, "central", 0.0, reset=True)]
+    assert second.doses == [Dose(0.0, "central", 50.0, interval=12.0, steady_state=1)]
+
+
+def test_a_plain_bolus_row_stays_a_triple_and_modelled_rates_are_refused():
+    from sklode import experiments_from_table
+
+    table = {"id": [1], "time": [1.0], "y": [1.0]}
+    (e,) = experiments_from_table(table, experiment="id", values=["y"], doses={
+        "id": [1], "time": [0.0], "state": ["central"], "amount": [5.0], "rate": [0.0]})
+    assert e.doses == [(0.0, "central", 5.0)]
+    with pytest.raises(ValueError, match="RATE column holds a negative value"):
+        experiments_from_table(table, experiment="id", values=["y"], doses={
+            "id": [1], "time": [0.0], "state": ["central"], "amount": [5.0], "rate": [-2]})
+
+
+@pytest.mark.parametrize("name", ["BCDProxODE", "WENDyODE"])
+def test_the_methods_on_the_data_grid_refuse_an_infusion_by_name(name):
+    import sklode
+
+    class Amount(ODEModel):  # the amount itself observed: what these methods fit
+        state_names, param_names = ("central",), ("k",)
+
+        def rhs(self, t, x, theta):
+            return -theta[0] * x
+
+    estimator = getattr(sklode, name)(Amount(), theta0=[0.4])
+    t = np.linspace(0.5, 12.0, 24)
+    with pytest.raises(ValueError, match="infusion, a steady state .* use AdjointODE"):
+        estimator.fit([Experiment(t, np.ones((t.size, 1)),
+                                  doses=[Dose(0.0, "central", 10.0, duration=1.0)])])

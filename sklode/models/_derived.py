@@ -32,6 +32,7 @@ class Derived:
         self.observation_grid = {}  # the compiled observation and noise models
         self.observation_reads = {}  # the parameters they read, by n_params
         self.field_reads = {}  # the parameters the field reads (shared steady states)
+        self.fed = {}  # the model fed by infusions (WithInputs), by the states fed
 
 
 def derived(model):

@@ -10,9 +10,10 @@ import numpy as np
 import torch
 
 from ._base import ODEModel
+from ._derived import derived
 from ._tensors import _DTYPE
 
-__all__ = ["FunctionModel", "HeldParameters", "ScaledStates", "WithInputs"]
+__all__ = ["FunctionModel", "HeldParameters", "ScaledStates", "WithInputs", "fed_model"]
 
 
 class FunctionModel(ODEModel):
@@ -226,6 +227,19 @@ class WithInputs(ODEModel):
         # programs add a parameter to a column, which a matrix product would hide
         return torch.stack([out[..., j] + theta[fed[j]] if j in fed else out[..., j]
                             for j in range(out.shape[-1])], dim=-1)
+
+
+def fed_model(model, states):
+    """``model`` itself where ``states`` is empty, else its :class:`WithInputs` for those
+    states, kept on the model (one compiled program per model and set of states fed, however
+    many solves and rates)."""
+    states = tuple(int(i) for i in states)
+    if not states:
+        return model
+    cache = derived(model).fed
+    if states not in cache:
+        cache[states] = WithInputs(model, states)
+    return cache[states]
 
 
 class ScaledStates(ODEModel):

@@ -26,7 +26,7 @@ from .._events import (
 )
 from ..exceptions import IntegrationError
 from ..integrate import event_locator, solve
-from ..models._wrappers import WithInputs
+from ..models._wrappers import fed_model
 from ._trajectory import Trajectory
 
 __all__ = ["jump_sensitivities", "segmented_trajectory"]
@@ -56,7 +56,7 @@ def segmented_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
     theta = np.asarray(theta, dtype=np.float64)
     events = model_events(model)
     fed = infused_states(doses)
-    field = WithInputs(model, fed) if fed else model
+    field = fed_model(model, fed)
     n, p = x0.size, model.n_params
 
     def full(inputs=None):  # the field's parameters: theta, then the infusions' rates

@@ -687,7 +687,7 @@ def _noise_sd(model, experiment, theta, h, observed, subject):
 def _as_public(e, model):
     """A validated experiment back as a public :class:`~sklode.Experiment` (for the pooled
     start)."""
-    doses = [(d[0], int(d[1]), d[2]) for d in e.doses] if e.doses else None
+    doses = list(e.doses) if e.doses else None  # states as indices, records kept
     return Experiment(e.t, e.Y, x0=e.x0, t0=e.t0, doses=doses, conditions=e.conditions,
                       name=e.name)
 
