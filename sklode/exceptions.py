@@ -27,6 +27,7 @@ __all__ = [
     "StartWarning",
     "IntegrationError",
     "ModelError",
+    "IdentifiabilityError",
     "NotLinearInThetaError",
     "PoorFitWarning",
     "SklodeError",
@@ -64,6 +65,28 @@ class IntegrationError(SklodeError, RuntimeError):
     def __init__(self, message, t_reached=float("nan")):
         super().__init__(message)
         self.t_reached = t_reached
+
+
+class IdentifiabilityError(SklodeError, ValueError):
+    """The data do not determine some parameters: a fit cannot go on (a singular information
+    matrix), and the message names them and what to do.
+
+    Parameters
+    ----------
+    message : str
+        Which parameters, and what to try.
+    parameters : list of str, default=()
+        Their names.
+
+    Attributes
+    ----------
+    parameters : list of str
+        The parameters involved.
+    """
+
+    def __init__(self, message, parameters=()):
+        super().__init__(message)
+        self.parameters = list(parameters)
 
 
 class DivergenceError(SklodeError, FloatingPointError):

@@ -255,6 +255,16 @@ class MixedEffectsODE(ODEEstimator):
                                  f"{list(model.param_names)}.")
             k = model.param_names.index(name)
             held[k], theta[k] = True, float(self.fixed[name])
+        # a parameter every subject's conditions set to a number (a covariate: a body
+        # weight) has no population value to estimate: held, whatever theta0 says
+        covariates = [k for k in range(model.n_params) if data.experiments and all(
+            e.conditions and not isinstance(e.conditions.get(model.param_names[k], ""), str)
+            for e in data.experiments)]
+        clash = [model.param_names[k] for k in covariates if k in set(random)]
+        if clash:
+            raise ValueError(f"{clash} are random but every subject's conditions set them: a "
+                             "covariate is known per subject, it does not vary at random.")
+        held[covariates] = True
         limits = check_bounds(self.bounds, model.n_params, model.param_names)
         if np.any(theta[random] <= 0):
             bad = [names[i] for i in np.flatnonzero(theta[random] <= 0)]
@@ -274,7 +284,8 @@ class MixedEffectsODE(ODEEstimator):
                         random=random, full=self.covariance == "full",
                         n_sigma=0 if model.has_noise_model else len(data.observed),
                         theta_bounds=None if limits is None else (limits[0][estimated],
-                                                                  limits[1][estimated]))
+                                                                  limits[1][estimated]),
+                        names=tuple(model.param_names))
         return names, layout
 
     def _subjects(self, model, data, layout):

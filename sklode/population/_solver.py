@@ -28,7 +28,7 @@ import numpy as np
 from joblib import Parallel, delayed
 from scipy.optimize import minimize
 
-from ..exceptions import IntegrationError
+from ..exceptions import IdentifiabilityError, IntegrationError
 from ._differences import central_differences, second_differences
 from ._subject import _LOG_2PI, subject_theta
 
@@ -67,6 +67,8 @@ class Layout:
         Additive noise levels estimated (0 with the model's ``noise_sd``).
     theta_bounds : (ndarray, ndarray) or None
         Lower and upper bounds of the estimated parameters (natural scale; +-inf allowed).
+    names : tuple of str
+        The model's parameter names (for messages).
     """
 
     theta: np.ndarray
@@ -76,6 +78,7 @@ class Layout:
     full: bool
     n_sigma: int
     theta_bounds: tuple = None
+    names: tuple = ()
 
     @property
     def n_b(self):
@@ -314,11 +317,44 @@ def _lme_nll(subjects, layout, w_omega, log_sigma, lin_data, return_b=False):
         XtVX += LX.T @ LX
         XtVw += LX.T @ Lw
         factors.append((LX, Lw))
-    b = np.linalg.solve(XtVX, XtVw)
+    b = _generalised_least_squares(XtVX, XtVw, layout)
     quad = sum(float(np.sum((Lw - LX @ b) ** 2)) for LX, Lw in factors)
     n = sum(w.size for w, *_ in lin_data)
     nll = 0.5 * (n * _LOG_2PI + logdet + quad)
     return (nll, b) if return_b else nll
+
+
+#: The smallest eigenvalue of the fixed effects' information relative to its largest below
+#: which the data do not determine some combination of them (double precision keeps ~16
+#: digits; the linearised design is good to the solves' ~8).
+_SINGULAR_INFORMATION = 1e-13
+
+
+def _generalised_least_squares(XtVX, XtVw, layout):
+    """The fixed effects' generalised least-squares estimate, or an
+    :class:`~sklode.exceptions.IdentifiabilityError` naming the parameters the data do not
+    determine (a column of the linearised design that is zero, or the combination that
+    its information matrix cannot see), instead of a bare ``LinAlgError``."""
+    w, V = np.linalg.eigh(0.5 * (XtVX + XtVX.T))
+    if w[-1] > 0 and w[0] > _SINGULAR_INFORMATION * w[-1]:
+        return np.linalg.solve(XtVX, XtVw)
+    names = [layout.names[k] if len(layout.names) > k else f"theta[{k}]"
+             for k in layout.estimated]
+    loading = np.abs(V[:, 0])
+    which = np.flatnonzero(loading >= 0.1 * loading.max())
+    involved = [names[j] for j in which]
+    logged = [names[j] for j in which if layout.log_mask[j]]
+    hint = (f" {logged} are estimated on the log scale (they started positive): one that "
+            "may be negative (a covariate's slope or exponent) runs towards 0 there and its "
+            "information with it; start it at 0 (or below), or pass positive= with False "
+            "for it." if logged else "")
+    raise IdentifiabilityError(
+        f"The data do not determine the population parameter(s) {involved}: their columns "
+        "of the linearised model are zero or move together (the information matrix is "
+        f"singular, smallest eigenvalue {w[0]:.2g} of largest {w[-1]:.2g}). A parameter no "
+        "observation depends on (a covariate effect with no covariate data, a parameter the "
+        "model does not read) cannot be estimated: hold it with fixed={name: value}, or "
+        "give data that depend on it." + hint, parameters=involved)
 
 
 def lme_nll_full(layout, phi, lin_data):

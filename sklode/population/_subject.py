@@ -102,16 +102,20 @@ class Subject:
         e = self.experiment
         th = self.A @ theta + self.c
         key = th.tobytes()
+        offsets = self.model.initial_offsets(th)  # a start that depends on the parameters
         if key == self._last[0]:  # an accepted trial point is the next linearisation point
             traj = self._last[1]
         else:
-            traj = forward_trajectory(self.model, th, e.x0, e.t0, e.t, doses=e.doses or None,
+            x0 = e.x0 if offsets is None else e.x0 + offsets
+            traj = forward_trajectory(self.model, th, x0, e.t0, e.t, doses=e.doses or None,
                                       **self.options)
             self._last = (key, traj)
         X = traj.states
         S = None
         if derivatives:
-            S = sensitivities(self.model, th, traj, with_x0=False) @ self.A  # (n_t, n, p)
+            start = None if offsets is None else self.model.initial_offsets_jacobian(th)
+            S = sensitivities(self.model, th, traj, with_x0=False,
+                              start=start) @ self.A  # (n_t, n, p)
         if self.plain:
             h = X[self.rows, self.columns[self.cols]]
             dh = None if S is None else S[self.rows, self.columns[self.cols], :]
