@@ -305,8 +305,17 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
         options["jac"] = (
             (lambda t, x: block_diag(*model.jac_x(t, x.reshape(-1, n_states), theta)))
             if batched else (lambda t, x: jacobian(t, x, theta)))
-    sol = solve_ivp(fun, t_span, x0.ravel(), method=method, t_eval=t_eval, rtol=rtol,
-                    atol=atol, dense_output=dense_output, max_step=max_step, **options)
+    try:
+        sol = solve_ivp(fun, t_span, x0.ravel(), method=method, t_eval=t_eval, rtol=rtol,
+                        atol=atol, dense_output=dense_output, max_step=max_step, **options)
+    except ValueError as exc:
+        if not (dense_output and "strictly increasing" in str(exc)):
+            raise
+        # LSODA took a step of length zero (at a switch of the field that moves with the
+        # solution, Isensee_JCB2018): scipy cannot join the pieces; step again and leave
+        # the empty step's piece out
+        sol = _solve_ivp_dense(fun, t_span, x0.ravel(), method, t_eval, rtol=rtol,
+                               atol=atol, max_step=max_step, **options)
     t_reached = float(last_t[0])
     if sol.status == -1:
         stiff_hint = (
@@ -320,6 +329,38 @@ def solve(model, theta, x0, t_span, *, t_eval=None, integrator="LSODA", rtol=1e-
             t_reached=t_reached,
         )
     return sol
+
+
+def _solve_ivp_dense(fun, t_span, x0, method, t_eval, **options):
+    """:func:`scipy.integrate.solve_ivp` with dense output, stepping its solver here so that
+    a step of length zero (which scipy's ``OdeSolution`` refuses) is left out; the result
+    has the fields the callers read (``t``, ``y``, ``sol``, ``nfev``, ``status``,
+    ``message``)."""
+    from scipy import integrate
+    from scipy.integrate._ivp.common import OdeSolution
+    from scipy.optimize import OptimizeResult
+
+    solver = getattr(integrate, method)(fun, t_span[0], x0, t_span[1], **options)
+    ts, pieces, status, message = [t_span[0]], [], 0, "The solver reached the end."
+    while solver.status == "running":
+        message = solver.step() or message
+        if solver.status == "failed":
+            status = -1
+            break
+        if solver.t != solver.t_old:
+            ts.append(solver.t)
+            pieces.append(solver.dense_output())
+    dense = OdeSolution(ts, pieces) if pieces else None
+    if t_eval is None:
+        t_out, y = np.asarray(ts), (np.array([x0]).T if dense is None else dense(ts))
+    else:
+        t_out = np.asarray(t_eval, dtype=np.float64)
+        reached = (t_out <= ts[-1]) if t_span[1] >= t_span[0] else (t_out >= ts[-1])
+        t_out = t_out[reached]
+        y = dense(t_out) if dense is not None else np.empty((x0.size, 0))
+    return OptimizeResult(t=t_out, y=y, sol=dense, nfev=solver.nfev, njev=solver.njev,
+                          nlu=solver.nlu, status=status, message=message,
+                          success=status >= 0)
 
 
 _CVODES_FLAGS = {

@@ -154,3 +154,25 @@ def test_batched_initial_states_match_separate_solves(integrator):
                       rtol=1e-10, atol=1e-12).y
         # Different step sequences, both at rtol 1e-10: agreement to ~1e-8 relative.
         assert_allclose(batch[k], alone, rtol=1e-7)
+
+
+def test_the_dense_solve_stepped_here_equals_solve_ivps():
+    # integrate.solve falls back to stepping scipy's solver itself when LSODA takes a step
+    # of length zero (scipy's OdeSolution refuses it: Isensee_JCB2018's moving switch); on
+    # an ordinary problem both give the same steps, values and dense output
+    from scipy.integrate import solve_ivp
+
+    from sklode.integrate import _solve_ivp_dense
+
+    def fun(t, x):
+        return np.array([-0.5 * x[0] + np.sin(t), x[0] - 0.1 * x[1]])
+
+    t_eval = np.linspace(0.0, 5.0, 11)
+    ours = _solve_ivp_dense(fun, (0.0, 5.0), np.array([1.0, 0.0]), "LSODA", t_eval,
+                            rtol=1e-8, atol=1e-10)
+    theirs = solve_ivp(fun, (0.0, 5.0), [1.0, 0.0], method="LSODA", t_eval=t_eval,
+                       rtol=1e-8, atol=1e-10, dense_output=True)
+    # the same solver, steps and interpolants: equal to rounding
+    np.testing.assert_allclose(ours.y, theirs.y, rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(ours.sol.ts, theirs.sol.ts)
+    assert ours.status == 0 and ours.nfev == theirs.nfev

@@ -361,3 +361,42 @@ def test_a_compartment_that_grows_at_an_event_dilutes_its_concentrations(tmp_pat
     predicted = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)[0][:, 0]
     # the event time is exact (a time trigger); segments at rtol 1e-10
     np.testing.assert_allclose(predicted, [by_hand(t) for t in JUMP_TIMES], rtol=1e-8)
+
+
+@pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
+def test_conditions_that_differ_in_a_switch_time_are_not_one_solve(tmp_path, integrator):
+    # X' = u - k X with u = a from T1: two conditions set T1 to 2 and to 4 and nothing
+    # else. The field's derivatives do not read T1 (u is piecewise constant), so grouping
+    # experiments by the parameters the field reads shared one solve between them
+    # (Isensee_JCB2018's stimuli: -log L 6245 instead of AMICI's 3949)
+    events = [{"trigger": "time >= T1", "assignments": {"u": "a"}}]
+    sbml = sbml_model(species={"X": 1.0}, parameters={"k": K, "a": A, "T1": T1, "u": 0.0},
+                      reactions=[([], ["X"], "u - k * X")], events=events)
+
+    def by_hand(t, switch):
+        before = np.exp(-K * min(t, switch))
+        return before if t <= switch else A / K + (np.exp(-K * switch) - A / K) * np.exp(
+            -K * (t - switch))
+
+    path = write_problem(
+        tmp_path / "two", sbml, parameters=[("k", "lin", 0.01, 10, K, 1)],
+        observables=[("obs_X", "X", "0.1")],
+        measurements=[("obs_X", c, 1.0, t, None) for c in ("early", "late")
+                      for t in (1.0, 3.0, 5.0, 6.0)],
+        conditions=(("T1",), [("early", 2.0), ("late", 4.0)]))
+    problem = sk_petab.load(path)
+    early, late = problem.predict(integrator=integrator, rtol=1e-10, atol=1e-12)
+    times = (1.0, 3.0, 5.0, 6.0)
+    # the switch restarts the solve: within its tolerance of the closed form
+    np.testing.assert_allclose(early[:, 0], [by_hand(t, 2.0) for t in times], rtol=1e-7)
+    np.testing.assert_allclose(late[:, 0], [by_hand(t, 4.0) for t in times], rtol=1e-7)
+    # and the fit's objective, which shares solves between experiments the same way: its
+    # residuals (h - 1) / 0.1 read each condition's own solve
+    from test_petab import _posed
+
+    objective, u0 = _posed(problem, theta0=problem.theta(problem.nominal),
+                           integrator=integrator, rtol=1e-10, atol=1e-12)
+    # each experiment's rows: its 4 data rows, then the modelled noise's 4
+    h = 1.0 + 0.1 * objective.residual(u0).reshape(2, 2, 4)[:, 0].ravel()
+    np.testing.assert_allclose(h, [by_hand(t, s) for s in (2.0, 4.0) for t in times],
+                               rtol=1e-7)

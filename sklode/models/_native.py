@@ -258,6 +258,10 @@ class NativeSolver:
     param_in_field : ndarray of bool (n_params,)
         Whether the field depends on each parameter (the others' sensitivities are zero
         and are not integrated).
+    param_read : ndarray of bool (n_params,)
+        Whether the solve reads each parameter at all: the field's, and those its switching
+        functions and event triggers read (a switch at a parameter's time). Two solves
+        from one start whose parameters agree on these are the same solve.
     band : (int, int)
         Diagonals of ``df/dx`` below and above the main one that its LU works on
         (``n_states - 1`` each when dense).
@@ -283,13 +287,14 @@ class NativeSolver:
 
     def __init__(self, solve, evaluate, adjoint, locate, event_values, library, n_states,
                  n_params, param_in_field, band=None, tape=None, sparse=False, n_roots=0,
-                 switch_times=None, n_events=0):
+                 switch_times=None, n_events=0, param_read=None):
         self._solve, self._evaluate, self._adjoint = solve, evaluate, adjoint
         self._locate, self._event_values = locate, event_values
         self.n_events = int(n_events)
         self.library = library
         self.n_states, self.n_params = n_states, n_params
         self.param_in_field = param_in_field
+        self.param_read = np.ones(n_params, dtype=bool) if param_read is None else param_read
         self.band = (n_states - 1, n_states - 1) if band is None else band
         self.sparse = bool(sparse)
         self.n_roots = int(n_roots)
@@ -518,12 +523,17 @@ def native_solver(model, field, route=None):
         program = Program(recorder, x, theta, out)
         events = _event_program(model)
         n_events = 0 if events is None else events.output.size
+        read = program.params_read(p)
+        if getattr(model, "events", None):  # what its triggers read too
+            read = read | (np.ones(p, dtype=bool) if events is None else
+                           events.params_read(p))
         if chosen == "tape":
             tape = encode(program, n, p, events=events)
             solver = NativeSolver(*tape_library(BUNDLED / "lib")[0], n, p,
                                   program.params_in_field(p), tape.band, tape=tape,
                                   sparse=tape.sparse, n_roots=len(program.roots),
-                                  switch_times=program.switch_times(), n_events=n_events)
+                                  switch_times=program.switch_times(), n_events=n_events,
+                                  param_read=read)
         else:
             source = (program.source(n, p, klu=_klu_linked())
                       + (_NO_EVENTS if events is None else events.event_source())
@@ -531,7 +541,8 @@ def native_solver(model, field, route=None):
             solver = NativeSolver(*_build(source), n, p, program.params_in_field(p),
                                   program.band, sparse=program.sparse,
                                   n_roots=len(program.roots),
-                                  switch_times=program.switch_times(), n_events=n_events)
+                                  switch_times=program.switch_times(), n_events=n_events,
+                                  param_read=read)
     except CannotWrite as exc:
         return None, f"the program of rhs cannot be unrolled for CVODES: {exc}"
     except (RuntimeError, OSError) as exc:

@@ -614,6 +614,26 @@ class Program:
             in_field[list(entries)] = True
         return in_field
 
+    def params_read(self, n_params):
+        """Whether the program reads each parameter at all: through its outputs'
+        derivatives, and through its switching functions (a switch at a time that is a
+        parameter changes the solution though no derivative of the field sees it)."""
+        read = self.params_in_field(n_params)
+        named = dict(self.value_lines)
+        seen, stack = set(), [g for _, g, _, _ in self.roots]
+        while stack:
+            e = stack.pop()
+            if id(e) in seen or not isinstance(e, Expr):
+                continue
+            seen.add(id(e))
+            if e.op == "p":
+                read[int(e.args[0])] = True
+            elif e.op == "name":
+                stack.append(named.get(e.args[0]))
+            elif not e.is_leaf():
+                stack.extend(a for a in e.args if isinstance(a, Expr))
+        return read
+
 
 def _units(n):
     """Tangents of an input of size n with respect to itself: element i is ``{i: 1}``."""

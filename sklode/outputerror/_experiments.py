@@ -35,7 +35,7 @@ class _SharedSolve:
     give observable or noise parameters different values; the ODE is the same, and solving
     it once on the union of their times is what AMICI does (Fujita et al. 2010: 29
     experiments, 6 distinct solves). The CVODES path knows which parameters the field reads
-    (:attr:`~sklode.models._native.NativeSolver.param_in_field`); the experiments of a group
+    (:attr:`~sklode.models._native.NativeSolver.param_read`); the experiments of a group
     share the last solve while those parameters and the initial state are unchanged.
     """
 
@@ -112,7 +112,10 @@ def _share_solves(parts):
     native = _compiled_solver(first)
     if native is None:
         return
-    field_params = np.flatnonzero(native.param_in_field)
+    # every parameter the solve reads: the field's, and its switches' (a switch at a
+    # parameter's time: Isensee_JCB2018's stimuli; grouping by the field's alone shared one
+    # solve between experiments whose stimuli differ)
+    field_params = np.flatnonzero(native.param_read)
 
     def field_rows(theta_map):  # how the conditions set the parameters the field reads
         if theta_map is None:
@@ -144,7 +147,7 @@ def _share_solves(parts):
 def _observation_only(model, native):
     """Which parameters only the observation and noise models read (not the field, not the
     initial values): experiments that differ in those alone have the same trajectory."""
-    only = ~np.asarray(native.param_in_field, dtype=bool)
+    only = ~np.asarray(native.param_read, dtype=bool)
     if model.initial_offsets(model.theta_guess()) is not None:
         reads = getattr(model, "_initial_reads", None)
         read = None if reads is None else reads()

@@ -78,7 +78,8 @@ def states_at_observations(model, theta, data, x0s, options):
     # (outputerror._experiments._SharedSolve). Which parameters the field reads is known on
     # the CVODES path; elsewhere only experiments with equal parameters share.
     native = native_solver_for(model, _resolve_integrator(options.get("integrator", "auto")))
-    reads = None if native is None else np.asarray(native.param_in_field, dtype=bool)
+    # (the switches' parameters too: a stimulus at a parameter's time)
+    reads = None if native is None else np.asarray(native.param_read, dtype=bool)
     groups = {}
     for k, (e, x0, th) in enumerate(zip(data.experiments, x0s, thetas)):
         key = (float(e.t0), repr(e.doses), np.asarray(x0, dtype=np.float64).tobytes(),

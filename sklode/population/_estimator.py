@@ -120,6 +120,13 @@ class MixedEffectsODE(ODEEstimator):
     n_jobs : int, default=None
         Subjects whose mode searches run at once in each evaluation of the marginal
         likelihood (joblib threads: the compiled CVODES solves release the GIL). None: one.
+    random_kind : {"lognormal", "normal"} or dict, default="lognormal"
+        The distribution of each random parameter between subjects: ``"lognormal"``,
+        ``theta_i = theta * exp(eta_i)`` (nlme's log-parameter form; ``theta`` on the log
+        scale, positive), or ``"normal"``, ``theta_i = theta + eta_i`` (additive, nlme's
+        ``Asym ~ 1 | Tree``; ``theta`` on its natural scale, any sign; ``omega0`` then a
+        fraction of ``|theta0|``). A dict by parameter name sets each (the others
+        log-normal).
 
     Attributes
     ----------
@@ -179,15 +186,17 @@ class MixedEffectsODE(ODEEstimator):
         "omega0": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
         "n_jobs": [Integral, None],
+        "random_kind": [StrOptions({"lognormal", "normal"}), dict],
     }
 
     def __init__(self, model, random, *, method="foce", optimizer="auto",
                  covariance="diagonal", theta0=None, x0=None, t0=None, estimate_x0=False,
                  observed=None, fixed=None, bounds=None, positive=None, omega0=_OMEGA0_SD,
                  tol=1e-6, max_iter=100, integrator="auto", rtol=1e-8, atol=1e-10,
-                 verbose=0, random_state=None, n_jobs=None):
+                 verbose=0, random_state=None, n_jobs=None, random_kind="lognormal"):
         self.model = model
         self.random = random
+        self.random_kind = random_kind
         self.method = method
         self.optimizer = optimizer
         self.covariance = covariance
@@ -240,10 +249,18 @@ class MixedEffectsODE(ODEEstimator):
         if held:
             raise ValueError(f"{held} are both random and fixed: a held parameter cannot vary "
                              "between subjects.")
-        return names, np.array([model.param_names.index(n) for n in names])
+        kinds = self.random_kind if isinstance(self.random_kind, dict) else {
+            n: self.random_kind for n in names}
+        unknown = [n for n in kinds if n not in names]
+        bad = {n: k for n, k in kinds.items() if k not in ("lognormal", "normal")}
+        if unknown or bad:
+            raise ValueError(f"random_kind names {unknown or bad}: give 'lognormal' or "
+                             f"'normal' for parameters among random={list(names)}.")
+        additive = np.array([kinds.get(n, "lognormal") == "normal" for n in names])
+        return names, np.array([model.param_names.index(n) for n in names]), additive
 
     def _layout(self, model, data):
-        names, random = self._random_indices(model)
+        names, random, additive = self._random_indices(model)
         # inside the bounds as on every estimator (positive=None: no positivity bound)
         theta = np.array(initial_theta(
             self.theta0, model, bounds=self.bounds,
@@ -266,10 +283,13 @@ class MixedEffectsODE(ODEEstimator):
                              "covariate is known per subject, it does not vary at random.")
         held[covariates] = True
         limits = check_bounds(self.bounds, model.n_params, model.param_names)
-        if np.any(theta[random] <= 0):
-            bad = [names[i] for i in np.flatnonzero(theta[random] <= 0)]
-            raise ValueError(f"The random parameters {bad} must start positive "
-                             f"(theta_i = theta * exp(eta)); got theta0 {theta[random]}.")
+        lognormal = ~additive
+        if np.any(theta[random][lognormal] <= 0):
+            bad = [names[i] for i in np.flatnonzero((theta[random] <= 0) & lognormal)]
+            raise ValueError(f"The log-normal random parameters {bad} must start positive "
+                             f"(theta_i = theta * exp(eta)); got theta0 {theta[random]}. "
+                             "random_kind='normal' makes a parameter's random effect additive "
+                             "(any sign).")
         if self.positive is None:  # every parameter that starts positive
             log_scale = theta > 0
         else:
@@ -279,21 +299,24 @@ class MixedEffectsODE(ODEEstimator):
                 raise ValueError(
                     f"positive= puts {[model.param_names[k] for k in np.flatnonzero(bad)]} on "
                     "the log scale, but they start at or below 0: give theta0 > 0 for them.")
+        # a random parameter's scale is its random effect's: log for a log-normal one
+        # (theta exp(eta) = exp(b + eta)), natural for a normal one (b + eta)
+        log_scale[random] = lognormal
         estimated = np.flatnonzero(~held)
         layout = Layout(theta=theta, estimated=estimated, log_mask=log_scale[estimated],
                         random=random, full=self.covariance == "full",
                         n_sigma=0 if model.has_noise_model else len(data.observed),
                         theta_bounds=None if limits is None else (limits[0][estimated],
                                                                   limits[1][estimated]),
-                        names=tuple(model.param_names))
+                        names=tuple(model.param_names), additive=additive)
         return names, layout
 
     def _subjects(self, model, data, layout):
         for e in data.experiments:
             if getattr(e, "preequilibration", None) is not None:
                 raise ValueError("MixedEffectsODE does not take pre-equilibrated experiments.")
-        return [Subject(model, e, data.observed, layout.random, self._options())
-                for e in data.experiments]
+        return [Subject(model, e, data.observed, layout.random, self._options(),
+                        additive=layout.additive) for e in data.experiments]
 
     def _pooled_start(self, model, data, layout, subjects):
         """A pooled AdjointODE fit (every subject the same parameters) as the start, and
@@ -370,7 +393,9 @@ class MixedEffectsODE(ODEEstimator):
                 "model without noise_sd); use optimizer='direct' (or 'auto').")
 
         theta_start, log_sigma0 = self._pooled_start(model, data, layout, subjects)
-        omega0 = np.eye(layout.q) * self.omega0 ** 2
+        # a normal random effect's sd starts as that fraction of its parameter's size
+        size = np.where(layout.additive, np.abs(theta_start[layout.random]), 1.0)
+        omega0 = np.diag((self.omega0 * np.where(size > 0, size, 1.0)) ** 2)
         phi0 = layout.pack(theta_start, omega0, log_sigma0)
         log = None
         if self.verbose:
@@ -437,7 +462,8 @@ class MixedEffectsODE(ODEEstimator):
             omega_=omega, random_sd_=sd, random_sd_stderr_=np.sqrt(np.diag(sd_cov)),
             sigma_=np.exp(log_sigma) if additive else None, sigma_stderr_=sigma_stderr,
             random_effects_=etas,
-            individual_theta_=np.array([subject_theta(theta, layout.random, e) for e in etas]),
+            individual_theta_=np.array([subject_theta(theta, layout.random, e, layout.additive)
+                                        for e in etas]),
             random_names_=tuple(names), subject_names_=[e.name for e in data.experiments],
             neg_log_likelihood_=float(nll), aic_=aic, bic_=bic, n_parameters_=k,
             n_observations_=n_values, parameter_cov_=cov, parameter_labels_=labels,
@@ -535,7 +561,7 @@ class MixedEffectsODE(ODEEstimator):
 
     def _observables(self, model, subject, eta, times):
         e = subject.experiment
-        theta = subject_theta(self.theta_, self._layout_.random, eta)
+        theta = subject_theta(self.theta_, self._layout_.random, eta, self._layout_.additive)
         P = predicted_observables(model, theta, e, e.x0, np.asarray(times, dtype=float),
                                   self._options())
         return P[:, list(self.observed_)]
@@ -667,7 +693,8 @@ class MixedEffectsODE(ODEEstimator):
                 if self.sigma_ is not None:
                     sd = np.broadcast_to(self.sigma_, h.shape)
                 else:
-                    theta = subject_theta(self.theta_, self._layout_.random, eta)
+                    theta = subject_theta(self.theta_, self._layout_.random, eta,
+                                          self._layout_.additive)
                     sd = _noise_sd(model, e, theta, h, self.observed_, subject)
                 reps[r] = h + sd * rng.standard_normal(h.shape)
             out.append(reps)

@@ -30,7 +30,7 @@ from scipy.optimize import minimize
 
 from ..exceptions import IdentifiabilityError, IntegrationError
 from ._differences import central_differences, second_differences
-from ._subject import _LOG_2PI, subject_theta
+from ._subject import _LOG_2PI, eta_scale, subject_theta
 
 __all__ = ["Layout", "PopulationResult", "direct_fit", "lindstrom_bates", "marginal_nll"]
 
@@ -69,6 +69,9 @@ class Layout:
         Lower and upper bounds of the estimated parameters (natural scale; +-inf allowed).
     names : tuple of str
         The model's parameter names (for messages).
+    additive : ndarray of bool of shape (n_random,) or None
+        Which random effects are normal (``theta + eta``; their population value on its
+        natural scale), not log-normal (``theta exp(eta)``, on the log scale).
     """
 
     theta: np.ndarray
@@ -79,6 +82,7 @@ class Layout:
     n_sigma: int
     theta_bounds: tuple = None
     names: tuple = ()
+    additive: np.ndarray = None
 
     @property
     def n_b(self):
@@ -214,10 +218,10 @@ def _linearise(subjects, layout, b, etas, log_sigma):
     theta = layout.theta_of(b)
     out = []
     for subject, eta in zip(subjects, etas):
-        th = subject_theta(theta, layout.random, eta)
+        th = subject_theta(theta, layout.random, eta, layout.additive)
         h, _, dh, _ = subject.predict(th, derivatives=True)
         X = dh[:, layout.estimated] * layout.dtheta_db(th)
-        Z = dh[:, layout.random] * th[layout.random]
+        Z = dh[:, layout.random] * eta_scale(th, layout.random, layout.additive)
         out.append((h, X, Z, np.exp(log_sigma[subject.cols])))
     return out
 
@@ -228,7 +232,7 @@ def _penalised(subjects, layout, b, etas, log_sigma, omega_inv):
     total = 0.0
     try:
         for subject, eta in zip(subjects, etas):
-            h = subject.predict(subject_theta(theta, layout.random, eta))[0]
+            h = subject.predict(subject_theta(theta, layout.random, eta, layout.additive))[0]
             r = (subject.y - h) / np.exp(log_sigma[subject.cols])
             total += r @ r + eta @ omega_inv @ eta
     except IntegrationError:

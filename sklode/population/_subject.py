@@ -31,7 +31,7 @@ from ..exceptions import IntegrationError
 from ..outputerror._sensitivity import forward_trajectory, sensitivities
 from ._differences import central_differences
 
-__all__ = ["Subject", "subject_theta"]
+__all__ = ["Subject", "eta_scale", "subject_theta"]
 
 _LOG_2PI = np.log(2.0 * np.pi)
 # Fisher scoring stops when the decrement g' H^-1 g is below this (relative to g): the value
@@ -43,11 +43,23 @@ _MAX_SCORING = 50
 _HESSIAN_STEP = 1e-4
 
 
-def subject_theta(theta, random, eta):
-    """The subject's parameters: ``theta`` with ``theta[random] * exp(eta)``."""
+def subject_theta(theta, random, eta, additive=None):
+    """The subject's parameters: ``theta`` with ``theta[random] * exp(eta)`` (log-normal
+    random effects), or ``theta[random] + eta`` where ``additive`` (normal ones)."""
     out = np.array(theta, dtype=np.float64)
-    out[random] = out[random] * np.exp(eta)
+    eta = np.asarray(eta, dtype=np.float64)
+    if additive is None or not np.any(additive):
+        out[random] = out[random] * np.exp(eta)
+    else:
+        out[random] = np.where(additive, out[random] + eta, out[random] * np.exp(eta))
     return out
+
+
+def eta_scale(th, random, additive=None):
+    """``d theta_i[random] / d eta`` at the subject's parameters ``th``: ``theta_i`` for a
+    log-normal random effect, 1 for a normal (additive) one."""
+    scale = np.array(th[random], dtype=np.float64)
+    return scale if additive is None else np.where(additive, 1.0, scale)
 
 
 class Subject:
@@ -64,11 +76,14 @@ class Subject:
         Indices of the random parameters.
     options : dict
         ``integrator``, ``rtol``, ``atol`` of the forward solves.
+    additive : ndarray of bool, optional
+        Which random effects are normal (added), not log-normal.
     """
 
-    def __init__(self, model, experiment, observed, random, options):
+    def __init__(self, model, experiment, observed, random, options, additive=None):
         self.model, self.experiment, self.options = model, experiment, options
         self.random = np.asarray(random, dtype=int)
+        self.additive = None if additive is None else np.asarray(additive, dtype=bool)
         self.columns = np.asarray(observed, dtype=int)
         mapping = condition_map(experiment.conditions, model)
         p = model.n_params
@@ -175,7 +190,7 @@ class Subject:
         parts : tuple
             ``(h, log_s, dh, dlog_s)`` at the subject's parameters (derivatives in theta).
         """
-        th = subject_theta(theta, self.random, eta)
+        th = subject_theta(theta, self.random, eta, self.additive)
         h, log_s, dh, dls = self.predict(th, derivatives)
         if log_s is None:
             log_s = log_sigma[self.cols]
@@ -184,7 +199,7 @@ class Subject:
         value = float(np.sum(0.5 * e * e * w + log_s))
         if not derivatives:
             return value, None, None, (h, log_s, None, None)
-        scale = th[self.random]  # d theta_random / d eta
+        scale = eta_scale(th, self.random, self.additive)  # d theta_random / d eta
         dh_eta = dh[:, self.random] * scale
         grad = -(e * w) @ dh_eta
         info = (dh_eta * w[:, None]).T @ dh_eta
@@ -303,7 +318,10 @@ class Subject:
         ndarray of shape (n_unknowns,)
         """
         E, R = layout.estimated, layout.random
-        th = subject_theta(theta, R, eta)
+        th = subject_theta(theta, R, eta, layout.additive)
+        scale_eta = eta_scale(th, R, layout.additive)
+        lognormal = (np.ones(R.size, dtype=bool) if layout.additive is None
+                     else ~layout.additive)
         h, log_s, J, Js = self.predict(th, derivatives=True)
         additive = log_s is None
         if additive:
@@ -337,9 +355,11 @@ class Subject:
 
         def dA(i):
             """d A / d b_i and d C / d b_i."""
-            a = DJ[i][:, R] * th[R]
-            c = DJs[i][:, R] * th[R]
-            hit = np.flatnonzero(r_in_b == i)  # b_i is a random parameter's: its own column
+            a = DJ[i][:, R] * scale_eta
+            c = DJs[i][:, R] * scale_eta
+            # b_i is a log-normal random parameter's: d theta_i / d eta moves with it (its
+            # own column); a normal one's is 1
+            hit = np.flatnonzero((r_in_b == i) & lognormal)
             a[:, hit] += A[:, hit]
             c[:, hit] += C[:, hit]
             return a, c
