@@ -229,3 +229,32 @@ def test_the_methods_on_the_data_grid_refuse_an_infusion_by_name(name):
     with pytest.raises(ValueError, match="infusion, a steady state .* use AdjointODE"):
         estimator.fit([Experiment(t, np.ones((t.size, 1)),
                                   doses=[Dose(0.0, "central", 10.0, duration=1.0)])])
+
+
+def test_a_bolus_history_is_one_compiled_solve_with_exact_sensitivities(monkeypatch):
+    # 12 boluses every 6 h go into the C solve itself (a restart per dose, one call): the
+    # states and their derivative in k equal the closed form, and the native solve is
+    # called once, not once per dose
+    from sklode.models._native import NativeSolver
+
+    calls = []
+    original = NativeSolver.__call__
+
+    def counted(self, *args, **kwargs):
+        calls.append(len(kwargs.get("doses") or ()))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(NativeSolver, "__call__", counted)
+    doses = [(6.0 * j, 0, 10.0) for j in range(12)]
+    t = np.array([1.0, 6.0, 7.0, 30.0, 30.5, 70.0, 80.0])  # 6 and 30: trough samples
+    traj = forward_trajectory(OneCompartment(), np.array([K, 1.0]), np.array([0.0]), 0.0, t,
+                              doses=doses, integrator="CVODES", **TOLERANCES)
+    given = [[s for s, _, _ in doses if s < ti] for ti in t]  # a dose at t acts after t
+    amount = np.array([sum(10.0 * np.exp(-K * (ti - s)) for s in g) for ti, g in zip(t, given)])
+    d_amount = np.array([sum(-(ti - s) * 10.0 * np.exp(-K * (ti - s)) for s in g)
+                         for ti, g in zip(t, given)])
+    np.testing.assert_allclose(traj.states[:, 0], amount, rtol=RTOL)
+    S = sensitivities(OneCompartment(), np.array([K, 1.0]), traj, with_x0=False)
+    # the sensitivities solved with the states at rtol 1e-10 (not in the error test): 1e-7
+    np.testing.assert_allclose(S[:, 0, 0], d_amount, rtol=1e-7)
+    assert calls and all(n == 11 for n in calls)  # the dose at t0 goes into x0

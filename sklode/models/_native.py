@@ -317,7 +317,7 @@ class NativeSolver:
         return dx, jx, jp[:, :p]
 
     def __call__(self, t0, x0, theta, times, *, rtol, atol, max_steps=500_000, blowup=np.inf,
-                 sens_x0=False, sens_params=None, s0=None):
+                 sens_x0=False, sens_params=None, s0=None, doses=None):
         """Solve from ``(t0, x0)`` to the increasing ``times`` (all ``>= t0``).
 
         Parameters
@@ -338,6 +338,10 @@ class NativeSolver:
         s0 : ndarray (n_states, q), optional
             The sensitivities at ``t0`` (a solve continued after a dose); default the
             identity in the ``x0`` columns and zeros in the parameters'.
+        doses : sequence of (float, int, float), optional
+            Boluses ``(time, state, amount)`` after ``t0``, in time order, added in the
+            solve itself (a restart at each; one at an output time acts after it; the
+            sensitivities are continuous across them).
 
         Returns
         -------
@@ -368,7 +372,8 @@ class NativeSolver:
                            float(rtol), np.ascontiguousarray(np.broadcast_to(
                                np.asarray(atol, dtype=np.float64), (n,))),
                            int(max_steps), float(blowup), q,
-                           columns if q else np.zeros(1, dtype=np.intc), s0, states, sens, info)
+                           columns if q else np.zeros(1, dtype=np.intc), s0, states, sens, info,
+                           *_dose_arrays(doses))
         failure = (None, "blowup", "nonfinite", "cvodes")[int(info[3])] if flag else None
         result = {"t_reached": float(info[0]), "n_rhs": int(info[1]), "n_steps": int(info[2]),
                   "flag": int(flag), "failure": failure,
@@ -467,6 +472,18 @@ class NativeSolver:
         self._event_values(*self._model, float(t), np.ascontiguousarray(x, dtype=np.float64),
                            np.ascontiguousarray(theta, dtype=np.float64), g)
         return g[:self.n_events]
+
+
+def _dose_arrays(doses):
+    """``(n, times, states, amounts)`` of boluses for the C solve (arrays of one unused
+    element where there are none)."""
+    if not doses:
+        return 0, np.zeros(1), np.zeros(1, dtype=np.intc), np.zeros(1)
+    times = np.ascontiguousarray([d[0] for d in doses], dtype=np.float64)
+    if np.any(np.diff(times) < 0):
+        raise ValueError("The doses given to the compiled solve must be in time order.")
+    return (len(doses), times, np.ascontiguousarray([d[1] for d in doses], dtype=np.intc),
+            np.ascontiguousarray([d[2] for d in doses], dtype=np.float64))
 
 
 def _event_program(model):

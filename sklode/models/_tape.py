@@ -257,7 +257,8 @@ def bind_entries(lib, prefix, leading=()):
     start = [ctypes.c_double, double_p, double_p, ctypes.c_int, double_p, ctypes.c_double,
              double_p, ctypes.c_long, ctypes.c_double]  # t0, x0, theta, times, tolerances
     solve = getattr(lib, prefix + "solve")
-    solve.argtypes = leading + start + [ctypes.c_int, int_p] + [double_p] * 4
+    solve.argtypes = leading + start + [ctypes.c_int, int_p] + [double_p] * 4 + [
+        ctypes.c_int, double_p, int_p, double_p]  # the boluses: times, states, amounts
     solve.restype = ctypes.c_int
     adjoint = getattr(lib, prefix + "adjoint")
     adjoint.argtypes = leading + start + [double_p] * 5

@@ -216,14 +216,16 @@ SKLODE_EXPORT int sklode_tape_solve(const sk_tape *tape, double t0, const double
                                     double rtol, const double *atol, long max_steps,
                                     double blowup, int n_sens, const int *sens_param,
                                     const double *s0, double *out, double *sens_out,
-                                    double *info) {
+                                    double *info, int n_doses, const double *dose_times,
+                                    const int *dose_states, const double *dose_amounts) {
     const sk_tape *saved_model;
     double *saved_registers;
     double *registers = enter(tape, &saved_model, &saved_registers);
     int flag;
     if (!registers) return CV_MEM_FAIL;
     flag = driver_solve(t0, x0, p, n_times, times, rtol, atol, max_steps, blowup, n_sens,
-                        sens_param, s0, out, sens_out, info);
+                        sens_param, s0, out, sens_out, info, n_doses, dose_times,
+                        dose_states, dose_amounts);
     leave(registers, saved_model, saved_registers);
     return flag;
 }

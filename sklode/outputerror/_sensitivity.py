@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import bolus_only, model_events, solve_across_doses
+from .._events import add_doses, bolus_only, dose_segments, model_events, solve_across_doses
 from ..exceptions import IntegrationError
 from ..integrate import (
     _max_steps,
@@ -217,24 +217,26 @@ def _native_solve(native, model, theta, x0, t0, t_obs, doses, options, columns=N
         S_out = np.empty((t_obs.size, n, S.shape[1]))
         S_out[t_obs <= t0] = S
     limit = options.pop("blowup")
-    carried = {"S": S, "n_evaluations": 0}  # what one segment hands the next
-
-    def segment(start, end, x, t_eval, inside, index):
-        S = carried["S"]
-        out, sens, info = native(start, x, theta, t_eval, s0=S,
+    # the boluses go into the C solve itself: a restart per dose, one call per solve (the
+    # sensitivities are continuous across a known amount)
+    at_start, later = dose_segments(doses or [], t0, float(t_obs[-1]))
+    start = add_doses(x0, at_start)
+    after = t_obs > t0
+    states = np.empty((t_obs.size, x0.size))
+    states[~after] = x0
+    if after.any():
+        boluses = [(time, state, amount) for time, amounts in later
+                   for state, amount in sorted(amounts.items())]
+        out, sens, info = native(t0, start, theta, t_obs[after], s0=S,
                                  sens_x0=columns is not None and columns[0],
                                  sens_params=None if S is None else columns[1], blowup=limit,
-                                 **options)
-        raise_native_failure(model, theta, (start, end), info, limit)
+                                 doses=boluses, **options)
+        raise_native_failure(model, theta, (t0, float(t_obs[-1])), info, limit)
+        states[after] = out
         if S is not None:
-            S_out[inside] = sens[index]
-            carried["S"] = sens[-1]
-        carried["n_evaluations"] += info["n_rhs"]
-        return out
-
-    states = solve_across_doses(segment, x0, t0, t_obs, doses)
-    states[t_obs <= t0] = x0
-    return states, S_out, carried["n_evaluations"]
+            S_out[after] = sens
+        return states, S_out, info["n_rhs"]
+    return states, S_out, 0
 
 
 def _native_trajectory(native, model, theta, x0, t0, t_obs, doses, prefetch=None,
