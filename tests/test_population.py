@@ -494,3 +494,20 @@ def test_an_additive_random_effect_equals_nlmes_orange_fit():
     # additive: tree 4's asymptote is the population's plus its eta (mm), not a factor
     assert pop.individual_theta_[3, 0] == pytest.approx(
         pop.theta_[0] + pop.random_effects_[3, 0], rel=1e-12)
+
+
+def test_the_pooled_start_is_not_judged_but_later_fits_are():
+    # the pooled start differs from its subjects by design: the trust layer's checks (and
+    # its refits from other starts) are skipped inside without_assessment, and only there
+    from sklode import AdjointODE
+    from sklode.diagnostics._assessment import without_assessment
+
+    data = make_population(6, random_state=7)
+    settings = dict(observed=["concentration"], x0=[0.0, 0.0], t0=0.0, estimate_x0=False)
+    with without_assessment():
+        quiet = AdjointODE(data.model, **settings).fit(data.experiments)
+    judged = AdjointODE(data.model, **settings).fit(data.experiments)
+    assert quiet.residual_runs_z_ is None and quiet.residual_time_means_ is None
+    # (8 samples per subject: too few for the misfit ratio; the runs tests judge)
+    assert judged.residual_runs_z_ is not None and judged.residual_time_means_ is not None
+    np.testing.assert_array_equal(quiet.theta_, judged.theta_)  # the fit itself unchanged

@@ -8,6 +8,8 @@ output-error optimum, an AdjointODE polish from it; :func:`assess_fit` runs them
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 from dataclasses import dataclass
 
@@ -406,6 +408,24 @@ def _optimizer_evidence(name, restarts, gap, polish, advice, ratio=None):
     return (f" Not tried, so only a possibility: {advice}" if advice else "", None)
 
 
+#: Off inside :func:`without_assessment`: a fit that is a means to another (a population
+#: fit's pooled start, whose subjects differ by design) is not judged.
+_ASSESSING = contextvars.ContextVar("sklode_assessing", default=True)
+
+
+@contextlib.contextmanager
+def without_assessment():
+    """Fits inside this context skip :func:`assess_fit` (its attributes None): for a fit
+    that only starts another (MixedEffectsODE's pooled start spent a fifth of Phenobarb's
+    population fit judging, and refitting from other starts, a pooled fit that differs from
+    its subjects by design)."""
+    token = _ASSESSING.set(False)
+    try:
+        yield
+    finally:
+        _ASSESSING.reset(token)
+
+
 def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, polish=None,
                restarts=None):
     """Judge the fit against its own training data; warn when it is poor.
@@ -432,6 +452,9 @@ def assess_fit(model, data, theta, x0s, *, estimator_name, advice, options, poli
     ``residual_time_means_`` (per observed state, or None; :mod:`sklode.diagnostics._adequacy`) and
     ``output_error_excess_`` (the polish statistic, or None).
     """
+    if not _ASSESSING.get():
+        return {"fit_adequate_": None, "misfit_ratio_": None, "residual_runs_z_": None,
+                "residual_time_means_": None, "output_error_excess_": None}
     x0s = np.reshape(x0s, (-1, data.n_states))
     name = estimator_name
     ratios = misfit_ratios(model, theta, data, x0s, options)

@@ -16,6 +16,7 @@ from .._checks import check_bounds, check_positive, initial_theta
 from .._estimator import COMMON_CONSTRAINTS, ODEEstimator
 from .._validation import check_experiments
 from ..adjoint import AdjointODE
+from ..diagnostics._assessment import without_assessment
 from ..exceptions import ConvergenceWarning, IdentifiabilityWarning, SklodeError, warn
 from ..experiment import Experiment
 from ..integrate import _resolve_integrator
@@ -331,7 +332,7 @@ class MixedEffectsODE(ODEEstimator):
             # one set of parameters for subjects that differ misses them by design: a refit
             # over growing horizons would not make the start better
             bounds=self.bounds, max_iter=200, grow_horizon=False, **self._options())
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), without_assessment():
             warnings.simplefilter("ignore")
             try:
                 pooled.fit(experiments)
