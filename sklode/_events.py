@@ -27,7 +27,8 @@ from scipy.optimize import brentq
 from .exceptions import IntegrationError
 
 __all__ = ["Actions", "Dose", "Firing", "add_doses", "bolus_only", "dose_segments",
-           "dosing_records", "dosing_schedule", "infused_states", "periodic_state",
+           "dosing_records", "dosing_schedule", "infused_states", "interval_before",
+           "periodic_state",
            "solve_across_doses", "solve_across_events"]
 
 #: More events than this in one solve is taken for events that fire without end; so are
@@ -60,20 +61,12 @@ def dose_segments(doses, t0, t_end):
     later : list of (float, dict)
         Times in ``(t0, t_end)`` and the amounts ``{state: amount}`` added there.
     """
-    grouped = {}
-    for dose in doses:
-        if isinstance(dose, Dose) and not dose.is_bolus:
-            raise ValueError(f"{dose!r} is not a plain bolus: infusions, steady states and "
-                             "resets are solved by solve_across_events.")
-        time, state, amount = dose[0], dose[1], dose[2]
-        if time < t0:
-            raise ValueError(f"A dose at t={time:g} comes before the initial time t0={t0:g}: "
-                             "move t0 to (or before) the first dose.")
-        if time < t_end or time == t0:
-            grouped.setdefault(float(time), {}).setdefault(int(state), 0.0)
-            grouped[float(time)][int(state)] += float(amount)
-    at_start = grouped.pop(float(t0), None)
-    return at_start, sorted(grouped.items())
+    if not bolus_only(doses):
+        raise ValueError("Infusions, steady states and resets are not plain boluses: they "
+                         "are solved by solve_across_events.")
+    at_start, later = dosing_schedule(doses, t0, t_end)
+    return (None if at_start is None else at_start.amounts,
+            [(time, actions.amounts) for time, actions in later])
 
 
 
@@ -213,10 +206,17 @@ def dosing_schedule(doses, t0, t_end):
             if record.time + duration < t_end:  # (the stop: a change at its own time)
                 stop = at(record.time + duration)
                 stop.rates[state] = stop.rates.get(state, 0.0) - rate
-        elif record.amount:
+        elif record.amount or record.is_bolus:  # (a bolus of 0 still cuts the solve)
             actions.amounts[state] = actions.amounts.get(state, 0.0) + float(record.amount)
     at_start = grouped.pop(float(t0), None)
     return at_start, sorted(grouped.items())
+
+
+def interval_before(record):
+    """The dose of a steady-state ``record`` given one interval before it, as a plain
+    record: the solve of that interval is the periodic state's map."""
+    return record._replace(time=record.time - record.interval, steady_state=0, reset=False,
+                           additional=0)
 
 
 def infused_states(doses):
@@ -473,9 +473,9 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
     # the triggers that rose at ``start`` and that the firing left where they were
     rose = _unmoved(events, at_start, t0, x0, x, theta)
     while True:
-        horizon, amounts = pending[0] if pending else (t_end, None)
+        horizon, actions = pending[0] if pending else (t_end, None)
         if queue and queue[0].time < t_end and (not pending or queue[0].time < horizon):
-            horizon, amounts = queue[0].time, None
+            horizon, actions = queue[0].time, None
         tau, which, search, x_search, searches = None, [], start, x, 0
         while events and search < horizon:
             if locate is not None:
@@ -503,13 +503,13 @@ def solve_across_events(events, theta, x0, t0, times, solve_segment, solve_dense
         index = np.searchsorted(t_eval, times[inside])
         out = solve_segment(start, end, x, t_eval, inside, index)
         states[inside] = out[index]
-        dosed = amounts is not None and end == horizon
+        dosed = actions is not None and end == horizon
         delayed_due = bool(queue) and queue[0].time <= end < t_end
         if tau is None and not dosed and not delayed_due:
             return states, fired
         if dosed:
             pending.pop(0)
-        x = fire(end, which, amounts if dosed else None, out[-1])
+        x = fire(end, which, actions if dosed else None, out[-1])
         rose = _unmoved(events, which, end, out[-1], x, theta)
         if which:
             at_once = at_once + 1 if end - start <= 1e-9 * max(1.0, abs(end)) else 0

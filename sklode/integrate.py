@@ -23,6 +23,7 @@ from .models._band import (  # AUTO_MAX_BAND: documented as integrate's, with AU
 from ._events import (
     bolus_only,
     infused_states,
+    interval_before,
     model_events,
     periodic_state,
     solve_across_doses,
@@ -557,12 +558,7 @@ def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
     the model as extra parameters (:class:`~sklode.models._wrappers.WithInputs`), a
     steady-state dose starts from the periodic state of its regimen (Newton's method on one
     interval's solve, :func:`~sklode._events.periodic_state`)."""
-    fed = infused_states(doses)
-    field = fed_model(model, fed)
-
-    def full(inputs=None):
-        return theta if not fed else np.concatenate(
-            [theta, np.zeros(len(fed)) if inputs is None else inputs])
+    field, full = fed_field(model, theta, doses)
 
     def segment(start, end, x, t_eval, inside, index, inputs=None):
         return solve(field, full(inputs), x, (start, end), t_eval=t_eval, **kw).y.T
@@ -572,22 +568,42 @@ def _solve_with_events(model, theta, x0, t0, ahead, kw, doses=None):
                     rtol=kw["rtol"], atol=kw["atol"], dense_output=True)
         return sol.sol.ts, sol.sol
 
-    locate = None
-    if model_events(model) and event_locator(field, full(), **kw) is not None:
-        def locate(start, end, x, inputs=None):
-            return event_locator(field, full(inputs), **kw)(start, end, x)
-
     def periodic(record):
-        # one interval ending at the dose's time, the dose (not steady) at its start
-        dose = record._replace(time=record.time - record.interval, steady_state=0,
-                               reset=False, additional=0)
-        end = np.array([record.time])
+        dose, end = interval_before(record), np.array([record.time])
         return periodic_state(
             lambda x: (_solve_with_events(model, theta, x, dose.time, end, kw, [dose])[0],
                        None), np.zeros(x0.size), rtol=kw["rtol"], atol=kw["atol"])
 
     return solve_across_events(model_events(model), theta, x0, t0, ahead, segment, dense,
-                               doses=doses, locate=locate, periodic=periodic)[0]
+                               doses=doses, locate=fed_locator(model, field, full, **kw),
+                               periodic=periodic)[0]
+
+
+def fed_field(model, theta, doses):
+    """The field the solves of ``doses`` integrate, and its parameters: ``model`` fed by
+    their infusions (:func:`~sklode.models._wrappers.fed_model`), and
+    ``parameters(inputs=None) -> theta`` followed by the infusions' rates (zeros when
+    None; ``theta`` itself where nothing is infused)."""
+    fed = infused_states(doses)
+
+    def parameters(inputs=None):
+        return theta if not fed else np.concatenate(
+            [theta, np.zeros(len(fed)) if inputs is None else inputs])
+
+    return fed_model(model, fed), parameters
+
+
+def fed_locator(model, field, parameters, **options):
+    """:func:`event_locator` for the fed ``field``, at the rates a segment is given:
+    ``locate(start, end, x, inputs=None)``; None where the model has no events or CVODES
+    cannot locate them (then LSODA's dense output)."""
+    if not model_events(model) or event_locator(field, parameters(), **options) is None:
+        return None
+
+    def locate(start, end, x, inputs=None):
+        return event_locator(field, parameters(inputs), **options)(start, end, x)
+
+    return locate
 
 
 def event_locator(model, theta, *, integrator, rtol, atol, max_evaluations=None):

@@ -9,6 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
+from _differences import state_differences
+
 from sklode import AdjointODE, Dose, Experiment, simulate
 from sklode.models import ODEModel
 from sklode.outputerror._sensitivity import forward_trajectory, sensitivities
@@ -109,23 +111,6 @@ def test_a_reset_returns_to_the_initial_state_and_additional_doses_repeat(integr
     np.testing.assert_allclose(once[:, 0], by_hand, rtol=RTOL)
 
 
-def _central_differences(theta, x0, t, doses, h=1e-6):
-    z = np.concatenate([x0, theta])
-    columns = []
-    for j in range(z.size):
-        step = h * max(1.0, abs(z[j]))
-        up, down = z.copy(), z.copy()
-        up[j] += step
-        down[j] -= step
-        columns.append((forward_trajectory(OneCompartment(), up[1:], up[:1], 0.0, t,
-                                           doses=doses, integrator="CVODES", **TOLERANCES)
-                        .states - forward_trajectory(OneCompartment(), down[1:], down[:1],
-                                                     0.0, t, doses=doses,
-                                                     integrator="CVODES", **TOLERANCES)
-                        .states) / (2 * step))
-    return np.stack(columns, axis=-1)
-
-
 @pytest.mark.parametrize("integrator", ["CVODES", "LSODA"])
 def test_sensitivities_across_infusions_steady_states_and_resets(integrator):
     t = np.array([1.0, 3.0, 6.0, 12.5, 14.0, 20.0, 26.0, 30.0])
@@ -136,7 +121,8 @@ def test_sensitivities_across_infusions_steady_states_and_resets(integrator):
     traj = forward_trajectory(OneCompartment(), theta, x0, 0.0, t, doses=doses,
                               integrator=integrator, **TOLERANCES)
     S = sensitivities(OneCompartment(), theta, traj, with_x0=True)
-    numeric = _central_differences(theta, x0, t, doses)
+    numeric = state_differences(OneCompartment(), theta, x0, 0.0, t, doses=doses,
+                                integrator="CVODES", **TOLERANCES)
     # solves at rtol 1e-10 differenced at h = 1e-6: ~1e-4 absolute in the quotient
     np.testing.assert_allclose(S, numeric, atol=1e-4)
     # the steady state forgets x0 (zero after 12 until the reset, which returns it: one)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from _differences import state_differences
+
 from sklode import AdjointODE, simulate
 from sklode.exceptions import IntegrationError
 from sklode.models import Event, ODEModel
@@ -108,28 +110,13 @@ def test_a_trigger_that_cannot_be_compiled_is_located_on_the_dense_output():
                                atol=1e-9)
 
 
-def _central_differences(model, theta, options, h=1e-6):
-    """d states(TIMES) / d [X0, theta] by central differences (steps h, relative above 1)."""
-    z = np.concatenate([X0, theta])
-    columns = []
-    for j in range(z.size):
-        step = h * max(1.0, abs(z[j]))
-        up, down = z.copy(), z.copy()
-        up[j] += step
-        down[j] -= step
-        columns.append((forward_trajectory(model, up[2:], up[:2], 0.0, TIMES, **options).states
-                        - forward_trajectory(model, down[2:], down[:2], 0.0, TIMES,
-                                             **options).states) / (2 * step))
-    return np.stack(columns, axis=-1)
-
-
 @pytest.mark.parametrize("integrator", ["LSODA", "CVODES"])
 def test_sensitivities_across_state_triggered_events_match_central_differences(integrator):
     model = Refilled()
     options = {"integrator": integrator, "rtol": 1e-11, "atol": 1e-12}
     traj = forward_trajectory(model, THETA, X0, 0.0, TIMES, **options)
     S = sensitivities(model, THETA, traj, with_x0=True)
-    numeric = _central_differences(model, THETA, options)
+    numeric = state_differences(model, THETA, X0, 0.0, TIMES, **options)
     # the refill times are located to ~1e-11 on each side: the quotient carries ~1e-11 /
     # 1e-6 = 1e-5 absolute; the sensitivities reach ~27 (y after several refills)
     np.testing.assert_allclose(S, numeric, atol=1e-4)
@@ -333,7 +320,7 @@ def test_sensitivities_across_a_delayed_event_match_central_differences(integrat
     options = {"integrator": integrator, "rtol": 1e-11, "atol": 1e-12}
     traj = forward_trajectory(model, DELAYED, X0, 0.0, TIMES, **options)
     S = sensitivities(model, DELAYED, traj, with_x0=True)
-    numeric = _central_differences(model, DELAYED, options)
+    numeric = state_differences(model, DELAYED, X0, 0.0, TIMES, **options)
     # as the undelayed refills: event times to ~1e-11 each side, ~1e-5 in the quotient
     np.testing.assert_allclose(S, numeric, atol=1e-4)
     # the delay reaches x only through the jump's time: after the first arrival dx/dD is

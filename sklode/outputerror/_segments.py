@@ -18,15 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._events import (
-    infused_states,
-    model_events,
-    periodic_state,
-    solve_across_events,
-)
+from .._events import interval_before, model_events, periodic_state, solve_across_events
 from ..exceptions import IntegrationError
-from ..integrate import event_locator, solve
-from ..models._wrappers import fed_model
+from ..integrate import fed_field, fed_locator, solve
 from ._trajectory import Trajectory
 
 __all__ = ["jump_sensitivities", "segmented_trajectory"]
@@ -55,13 +49,8 @@ def segmented_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
     """
     theta = np.asarray(theta, dtype=np.float64)
     events = model_events(model)
-    fed = infused_states(doses)
-    field = fed_model(model, fed)
+    field, full = fed_field(model, theta, doses)  # theta, then the infusions' rates
     n, p = x0.size, model.n_params
-
-    def full(inputs=None):  # the field's parameters: theta, then the infusions' rates
-        return theta if not fed else np.concatenate([theta, np.zeros(len(fed)) if inputs is
-                                                     None else inputs])
 
     pieces = []  # (trajectory, inside, index, the field's parameters) of each segment
     evaluations = [0]
@@ -84,12 +73,8 @@ def segmented_trajectory(model, theta, x0, t0, t_obs, *, integrator, rtol, atol,
         evaluations[0] += sol.nfev
         return sol.sol.ts, sol.sol
 
-    locate = None
-    if events and event_locator(field, full(), integrator=integrator, rtol=rtol,
-                                atol=atol) is not None:
-        def locate(start, end, x, inputs=None):
-            return event_locator(field, full(inputs), integrator=integrator, rtol=rtol,
-                                 atol=atol, max_evaluations=max_evaluations)(start, end, x)
+    locate = fed_locator(model, field, full, integrator=integrator, rtol=rtol, atol=atol,
+                         max_evaluations=max_evaluations)
 
     steady = {}  # each steady-state record's periodic state and its derivative
 
@@ -150,9 +135,8 @@ class _PeriodicState:
     def __init__(self, model, theta, record, n, options):
         self.model, self.theta, self.options = model, theta, options
         # one interval ending at the dose's time, the dose at its start
-        self.start = record.time - record.interval
-        self.dose = record._replace(time=self.start, steady_state=0, reset=False,
-                                    additional=0)
+        self.dose = interval_before(record)
+        self.start = self.dose.time
         self.end = np.array([record.time])
         self.state = periodic_state(lambda x: self._flow(x)[:2],
                                     np.zeros(n), rtol=options["rtol"], atol=options["atol"])

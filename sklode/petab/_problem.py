@@ -449,9 +449,9 @@ class _Builder:
         self.sympify_petab = sympify_petab
         document = problem.model.sbml_document
         table = problem.parameter_df
-        estimated = () if table is None or "estimate" not in table else [
+        self.estimated = [] if table is None or "estimate" not in table else [
             p for p in table.index if int(table.loc[p, "estimate"]) == 1]
-        self.ode = read_sbml(document, moving=estimated)
+        self.ode = read_sbml(document, moving=self.estimated)
         self.name = problem.model.model_id or path.stem
 
     def _formula(self, text, what):
@@ -640,7 +640,7 @@ class _Builder:
         for col in ("parameterScale", "lowerBound", "upperBound", "nominalValue", "estimate"):
             if col not in parameters.columns:
                 raise ValueError(f"The parameter table has no column {col!r}.")
-        estimated = [p for p in parameters.index if int(parameters.loc[p, "estimate"]) == 1]
+        estimated = self.estimated  # read in __init__, for the SBML import; checked above
         scales = tuple(str(parameters.loc[p, "parameterScale"]) for p in estimated)
         for p, s in zip(estimated, scales):
             if s not in _SCALES:
